@@ -1,0 +1,344 @@
+package bucket
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Representation.
+//
+// A bucket's state is one int64, its theoretical arrival time (TAT) in the
+// sense of GCRA, measured in fixed-point token units: 1 token = 2^Shift
+// units. Time enters only through the virtual token clock
+//
+//	V(d) = floor(d * Num / Den)
+//
+// where d is nanoseconds since the state's origin and Num/Den is the rate in
+// units per nanosecond, an exact ratio of integers (the float64 rate times
+// 2^Shift / 1e9, reduced). The bucket holds Capacity - max(0, TAT - V) tokens.
+// Because V is a floor of an exact function of absolute time (never a sum of
+// rounded increments), rounding cannot accumulate: credit is never created,
+// and the only loss is under one unit (2^-Shift tokens) per decision.
+//
+// The scale is chosen per limit: Shift is the largest value <= 32 such that
+// the capacity fits in 2^59 units and V grows by at most 2^54 units a second,
+// so V stays below 2^60 for at least 64 s of elapsed time (MaxElapsed); past
+// that the owner of the state rebases it to a new origin (Rebase), which is
+// exact because the origin keeps the clock's phase. States never exceed
+// MaxState, so every intermediate sum fits an int64.
+
+const (
+	maxShift          = 32
+	maxCapUnits       = 1 << 59
+	maxV              = 1 << 60
+	maxUnitsPerSecond = 1 << 54
+	// MaxState is the largest TAT a state may hold (capacity plus the debt
+	// of reservations, in units, above V).
+	MaxState = 1 << 62
+	// maxFill bounds the time to refill a full bucket (about 36 years).
+	maxFill = 1 << 60
+)
+
+// Params is a Limit compiled to the exact fixed-point representation. The
+// state transition functions on it are pure: they take a state and return a
+// new one, so the in-process Bucket, the keyed stores, the Redis script and
+// token leasing all make identical decisions. Params is immutable.
+type Params struct {
+	limit    Limit
+	shift    uint
+	capUnits int64
+	num, den uint64
+	exact    bool
+	maxElap  int64
+}
+
+// Compile checks l and returns its fixed-point parameters. The error matches
+// sluice.ErrInvalidLimit and names the offending value.
+func Compile(l Limit) (Params, error) {
+	r := l.Rate
+	switch {
+	case l.Capacity < 1:
+		return Params{}, invalid("capacity %d must be at least 1", l.Capacity)
+	case math.IsNaN(r) || math.IsInf(r, 0):
+		return Params{}, invalid("rate %v must be finite", r)
+	case r <= 0:
+		return Params{}, invalid("rate %v must be positive", r)
+	case l.Capacity > maxCapUnits:
+		return Params{}, invalid("capacity %d exceeds the maximum %d", l.Capacity, int64(maxCapUnits))
+	case r > maxUnitsPerSecond:
+		return Params{}, invalid("rate %v/s exceeds the maximum %v/s", r, float64(maxUnitsPerSecond))
+	case float64(l.Capacity)/r*1e9 > maxFill:
+		return Params{}, invalid("capacity %d at rate %v/s takes %.3g s to refill, more than the maximum %.3g s",
+			l.Capacity, r, float64(l.Capacity)/r, float64(maxFill)/1e9)
+	}
+	k := uint(maxShift)
+	for k > 0 && (bits.Len64(uint64(l.Capacity))+int(k) > 59 || math.Ldexp(r, int(k)) > maxUnitsPerSecond) {
+		k--
+	}
+	// r = m * 2^e exactly; units per ns = m * 2^(e+k) / (2^9 * 5^9).
+	fr, exp := math.Frexp(r)
+	m := uint64(math.Ldexp(fr, 53))
+	e := exp - 53
+	tz := bits.TrailingZeros64(m)
+	m >>= uint(tz)
+	e += tz
+	num, den := m, uint64(1953125) // 5^9
+	for num%5 == 0 && den%5 == 0 {
+		num /= 5
+		den /= 5
+	}
+	p2 := e + int(k) - 9
+	exact := true
+	if p2 >= 0 {
+		// Cannot overflow: units per ns <= 2^54/1e9 < 2^25 and den < 2^21.
+		num <<= uint(p2)
+	} else {
+		s := -p2
+		if over := bits.Len64(den) + s - 62; over > 0 {
+			// Den would not fit: drop low bits of num (rounding the rate down,
+			// against the caller, by less than 2^-(bits left in num)).
+			exact = num&(1<<uint(over)-1) == 0
+			num >>= uint(over)
+			s -= over
+		}
+		den <<= uint(s)
+	}
+	if g := gcd(num, den); g > 1 {
+		num /= g
+		den /= g
+	}
+	if num == 0 {
+		return Params{}, invalid("rate %v/s is too small to represent", r)
+	}
+	p := Params{limit: l, shift: k, capUnits: l.Capacity << k, num: num, den: den, exact: exact}
+	p.maxElap = 1 << 61
+	if hi, lo := bits.Mul64(maxV, den); hi < num {
+		if q, _ := bits.Div64(hi, lo, num); q < 1<<61 {
+			p.maxElap = int64(q)
+		}
+	}
+	return p, nil
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// Limit returns the limit p was compiled from.
+func (p *Params) Limit() Limit { return p.limit }
+
+// Shift returns k: one token is 2^k units of state.
+func (p *Params) Shift() uint { return p.shift }
+
+// Ratio returns the rate as units per nanosecond, Num/Den, and whether it is
+// exactly the float64 rate (false only for rates whose exact ratio does not
+// fit 62-bit integers; they are rounded down by less than 1e-12).
+func (p *Params) Ratio() (num, den uint64, exact bool) { return p.num, p.den, p.exact }
+
+// CapacityUnits returns the capacity in units (Capacity << Shift).
+func (p *Params) CapacityUnits() int64 { return p.capUnits }
+
+// MaxElapsed is the largest elapsed time (ns since the state's origin) that
+// the functions accept; beyond it the state must be rebased.
+func (p *Params) MaxElapsed() int64 { return p.maxElap }
+
+// Initial returns the state of a new bucket: full, or empty when empty is set.
+func (p *Params) Initial(empty bool) int64 {
+	if empty {
+		return p.capUnits
+	}
+	return 0
+}
+
+// Instant locates a moment for the pure functions: Elapsed ns after the
+// state's origin, where the virtual clock had already run Phase/Den of a
+// unit at the origin (Phase is 0 for an origin that was never rebased).
+// Elapsed must be in [0, MaxElapsed]; larger values are clamped, smaller
+// count as 0.
+type Instant struct {
+	Elapsed int64
+	Phase   uint64
+}
+
+// At returns the Instant d ns after a fresh origin.
+func At(d int64) Instant { return Instant{Elapsed: d} }
+
+// Units returns V = floor((Elapsed*Num + Phase) / Den), the virtual token
+// clock at t.
+func (p *Params) Units(t Instant) int64 {
+	v, _ := p.units(t)
+	return v
+}
+
+// units returns floor(V(t)) and whether V(t) has a fractional part.
+func (p *Params) units(t Instant) (int64, bool) {
+	d := min(max(t.Elapsed, 0), p.maxElap)
+	hi, lo := bits.Mul64(uint64(d), p.num)
+	var c uint64
+	lo, c = bits.Add64(lo, t.Phase, 0)
+	q, r := bits.Div64(hi+c, lo, p.den)
+	return int64(q), r != 0
+}
+
+// base returns the point from which a new booking at t counts: tat itself
+// while the bucket is not full, else V(t) rounded up (a full bucket's
+// fraction of a unit is dropped, so rounding can never create credit), and
+// whether the bucket is full.
+func (p *Params) base(tat int64, t Instant) (v, base int64, full bool) {
+	v, frac := p.units(t)
+	if tat > v {
+		return v, tat, false
+	}
+	if frac {
+		return v, v + 1, true
+	}
+	return v, v, true
+}
+
+// Nanos returns the least elapsed time d (from the origin of t, with t's
+// phase) at which V >= v, and false when that does not fit an int64.
+func (p *Params) Nanos(v int64, phase uint64) (int64, bool) {
+	if v <= 0 {
+		return 0, true
+	}
+	hi, lo := bits.Mul64(uint64(v), p.den)
+	var b uint64
+	lo, b = bits.Sub64(lo, phase, 0)
+	hi -= b
+	if hi >= p.num {
+		return 0, false
+	}
+	q, r := bits.Div64(hi, lo, p.num)
+	if r != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(q), true
+}
+
+// wait returns the time from t until V >= target (0 if already).
+func (p *Params) wait(target int64, t Instant) time.Duration {
+	n, ok := p.Nanos(target, t.Phase)
+	if !ok {
+		return time.Duration(math.MaxInt64)
+	}
+	if n <= t.Elapsed {
+		return 0
+	}
+	return time.Duration(n - t.Elapsed)
+}
+
+// Tokens returns the tokens held by state tat at t, in units (negative while
+// in debt to reservations). It is at most CapacityUnits.
+func (p *Params) Tokens(tat int64, t Instant) int64 {
+	v := p.Units(t)
+	if tat <= v {
+		return p.capUnits
+	}
+	return p.capUnits - (tat - v)
+}
+
+// Step is the token-bucket transition for an admission that takes cost now
+// or not at all: given state tat at t, it returns the new state and the
+// decision. A refused request leaves the state unchanged, and so does cost 0
+// (a peek). The caller must have checked 0 <= cost <= Capacity.
+//
+// Tokens are read with V rounded down and a full bucket restarts from V
+// rounded up, so every rounding is against the caller and none accumulates.
+func (p *Params) Step(tat int64, t Instant, cost int64) (int64, sluice.Decision) {
+	v, base, full := p.base(tat, t)
+	nt := base + cost<<p.shift
+	dec := sluice.Decision{Limit: p.limit.Capacity}
+	if (full || nt-v <= p.capUnits) && nt <= MaxState {
+		dec.Allowed = true
+		dec.Remaining = max(p.capUnits-(nt-v), 0) >> p.shift
+		dec.ResetAfter = p.wait(nt, t)
+		if cost == 0 {
+			nt = tat
+		}
+		return nt, dec
+	}
+	dec.Remaining = max(p.capUnits-(base-v), 0) >> p.shift
+	dec.RetryAfter = p.wait(nt-p.capUnits, t)
+	dec.ResetAfter = p.wait(base, t)
+	return tat, dec
+}
+
+// Reserve is the transition for a reservation: it books cost tokens at the
+// earliest time they are available, letting the state go into debt, and
+// returns the new state and the wait until the tokens are there. It books
+// nothing and returns ok=false when that wait exceeds maxWait or the debt
+// would exceed MaxState.
+func (p *Params) Reserve(tat int64, t Instant, cost int64, maxWait time.Duration) (nt int64, wait time.Duration, ok bool) {
+	_, base, _ := p.base(tat, t)
+	nt = base + cost<<p.shift
+	if nt > MaxState {
+		return tat, 0, false
+	}
+	wait = p.wait(nt-p.capUnits, t)
+	if wait > maxWait {
+		return tat, wait, false
+	}
+	return nt, wait, true
+}
+
+// Refund returns cost tokens to the state (the inverse of a booking).
+func (p *Params) Refund(tat, cost int64) int64 { return tat - cost<<p.shift }
+
+// Rebase moves the state's origin forward to t (t.Elapsed >= 0) and returns
+// the new state and the new origin: applied ns after the old one, with the
+// phase the virtual clock has there. It is exact: every later decision is
+// the same as without rebasing. A state that is full at t takes all of
+// t.Elapsed; otherwise at most MaxElapsed is applied (call again for the
+// rest). A state fuller than full is clamped to full.
+func (p *Params) Rebase(tat int64, t Instant) (nt int64, applied int64, phase uint64) {
+	d := t.Elapsed
+	if d > p.maxElap {
+		if tat <= p.Units(Instant{p.maxElap, t.Phase}) {
+			return 0, d, 0
+		}
+		d = p.maxElap
+	}
+	d = max(d, 0)
+	hi, lo := bits.Mul64(uint64(d), p.num)
+	var c uint64
+	lo, c = bits.Add64(lo, t.Phase, 0)
+	q, r := bits.Div64(hi+c, lo, p.den)
+	nt = tat - int64(q)
+	if nt <= 0 {
+		return 0, d, 0 // full: the fraction no longer matters
+	}
+	return nt, d, r
+}
+
+// Convert returns the state under q, at q's origin, that holds the same
+// number of tokens as state tat under p at d ns after p's origin: credit is
+// neither created nor lost, except that tokens above q's capacity are
+// dropped and fractions below q's unit round down. Debt is kept.
+func (p *Params) Convert(tat int64, at Instant, q *Params) int64 {
+	t := p.Tokens(tat, at) // units of p, <= p.capUnits
+	var u int64           // tokens in units of q
+	if full := q.limit.Capacity; t >= 0 && t>>p.shift >= full {
+		u = q.capUnits
+	} else if q.shift >= p.shift {
+		s := q.shift - p.shift
+		if t < -(MaxState >> s) {
+			t = -(MaxState >> s)
+		}
+		u = t << s
+	} else {
+		u = t >> (p.shift - q.shift)
+	}
+	if u >= q.capUnits {
+		return 0
+	}
+	return min(q.capUnits-u, MaxState)
+}
