@@ -54,8 +54,8 @@ type epoch struct {
 	p       Params
 	origin  int64  // ns since Bucket.t0 at which V = 0
 	phase   uint64 // fraction of a unit the virtual clock had at origin
-	initial bool  // the epoch made by New (may be re-anchored once)
-	init    int64 // the state the epoch was published with
+	initial bool   // the epoch made by New (may be re-anchored once)
+	init    int64  // the state the epoch was published with
 	_       [64]byte
 	tat     atomic.Int64
 	_       [56]byte

@@ -325,7 +325,7 @@ func (p *Params) Rebase(tat int64, t Instant) (nt int64, applied int64, phase ui
 // dropped and fractions below q's unit round down. Debt is kept.
 func (p *Params) Convert(tat int64, at Instant, q *Params) int64 {
 	t := p.Tokens(tat, at) // units of p, <= p.capUnits
-	var u int64           // tokens in units of q
+	var u int64            // tokens in units of q
 	if full := q.limit.Capacity; t >= 0 && t>>p.shift >= full {
 		u = q.capUnits
 	} else if q.shift >= p.shift {
