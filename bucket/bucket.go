@@ -124,7 +124,10 @@ func (b *Bucket) at(t time.Time) int64 {
 // the capacity returns sluice.ErrCostExceedsCapacity and a negative cost
 // sluice.ErrInvalidCost; nothing is consumed then. Allow does not allocate.
 func (b *Bucket) Allow(cost int64) (sluice.Decision, error) {
-	return b.decide(b.now(), cost)
+	if b.clock == nil {
+		return b.decide(int64(time.Since(b.t0)), cost)
+	}
+	return b.decide(b.at(b.clock.Now()), cost)
 }
 
 // AllowAt is Allow at time now instead of the clock's reading, in the style

@@ -53,6 +53,8 @@ type Params struct {
 	num, den uint64
 	exact    bool
 	maxElap  int64
+	byDen    divisor // fast division by den
+	byNum    divisor // fast division by num
 }
 
 // Compile checks l and returns its fixed-point parameters. The error matches
@@ -113,7 +115,8 @@ func Compile(l Limit) (Params, error) {
 	if num == 0 {
 		return Params{}, invalid("rate %v/s is too small to represent", r)
 	}
-	p := Params{limit: l, shift: k, capUnits: l.Capacity << k, num: num, den: den, exact: exact}
+	p := Params{limit: l, shift: k, capUnits: l.Capacity << k, num: num, den: den, exact: exact,
+		byDen: newDivisor(den), byNum: newDivisor(num)}
 	p.maxElap = 1 << 61
 	if hi, lo := bits.Mul64(maxV, den); hi < num {
 		if q, _ := bits.Div64(hi, lo, num); q < 1<<61 {
@@ -182,7 +185,7 @@ func (p *Params) units(t Instant) (int64, bool) {
 	hi, lo := bits.Mul64(uint64(d), p.num)
 	var c uint64
 	lo, c = bits.Add64(lo, t.Phase, 0)
-	q, r := bits.Div64(hi+c, lo, p.den)
+	q, r := p.byDen.div(hi+c, lo)
 	return int64(q), r != 0
 }
 
@@ -214,7 +217,7 @@ func (p *Params) Nanos(v int64, phase uint64) (int64, bool) {
 	if hi >= p.num {
 		return 0, false
 	}
-	q, r := bits.Div64(hi, lo, p.num)
+	q, r := p.byNum.div(hi, lo)
 	if r != 0 {
 		q++
 	}
@@ -224,16 +227,30 @@ func (p *Params) Nanos(v int64, phase uint64) (int64, bool) {
 	return int64(q), true
 }
 
-// wait returns the time from t until V >= target (0 if already).
+// wait returns the time from t until V >= target (0 if already): Nanos
+// minus t.Elapsed, written out because it is on every decision's path.
 func (p *Params) wait(target int64, t Instant) time.Duration {
-	n, ok := p.Nanos(target, t.Phase)
-	if !ok {
-		return time.Duration(math.MaxInt64)
-	}
-	if n <= t.Elapsed {
+	if target <= 0 {
 		return 0
 	}
-	return time.Duration(n - t.Elapsed)
+	hi, lo := bits.Mul64(uint64(target), p.den)
+	var b uint64
+	lo, b = bits.Sub64(lo, t.Phase, 0)
+	hi -= b
+	if hi >= p.num {
+		return time.Duration(math.MaxInt64)
+	}
+	q, r := p.byNum.div(hi, lo)
+	if r != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	if int64(q) <= t.Elapsed {
+		return 0
+	}
+	return time.Duration(int64(q) - t.Elapsed)
 }
 
 // Tokens returns the tokens held by state tat at t, in units (negative while
@@ -254,22 +271,32 @@ func (p *Params) Tokens(tat int64, t Instant) int64 {
 // Tokens are read with V rounded down and a full bucket restarts from V
 // rounded up, so every rounding is against the caller and none accumulates.
 func (p *Params) Step(tat int64, t Instant, cost int64) (int64, sluice.Decision) {
-	v, base, full := p.base(tat, t)
+	// p.base, written out: this is the hot path of every decision.
+	hi, lo := bits.Mul64(uint64(min(max(t.Elapsed, 0), p.maxElap)), p.num)
+	var c uint64
+	lo, c = bits.Add64(lo, t.Phase, 0)
+	q, r := p.byDen.div(hi+c, lo)
+	v, base, full := int64(q), tat, tat <= int64(q)
+	if full {
+		base = v
+		if r != 0 {
+			base++
+		}
+	}
 	nt := base + cost<<p.shift
-	dec := sluice.Decision{Limit: p.limit.Capacity}
 	if (full || nt-v <= p.capUnits) && nt <= MaxState {
-		dec.Allowed = true
-		dec.Remaining = max(p.capUnits-(nt-v), 0) >> p.shift
-		dec.ResetAfter = p.wait(nt, t)
+		rem := max(p.capUnits-(nt-v), 0) >> p.shift
+		reset := p.wait(nt, t)
 		if cost == 0 {
 			nt = tat
 		}
-		return nt, dec
+		return nt, sluice.Decision{Allowed: true, Remaining: rem, ResetAfter: reset}
 	}
-	dec.Remaining = max(p.capUnits-(base-v), 0) >> p.shift
-	dec.RetryAfter = p.wait(nt-p.capUnits, t)
-	dec.ResetAfter = p.wait(base, t)
-	return tat, dec
+	return tat, sluice.Decision{
+		Remaining:  max(p.capUnits-(base-v), 0) >> p.shift,
+		RetryAfter: p.wait(nt-p.capUnits, t),
+		ResetAfter: p.wait(base, t),
+	}
 }
 
 // Reserve is the transition for a reservation: it books cost tokens at the

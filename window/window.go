@@ -125,7 +125,7 @@ func (l Limit) Sliding(s SlidingState, now, cost int64) (SlidingState, sluice.De
 	// All quantities are scaled by W: estimate*W = Prev*(W-e) + Curr*W.
 	prevPart := mul(s.Prev, w-e)
 	limit := mul(n, w)
-	dec := sluice.Decision{Limit: n}
+	var dec sluice.Decision
 	if prevPart.add(mul(s.Curr+cost, w)).le(limit) {
 		s.Curr += cost
 		dec.Allowed = true
@@ -174,7 +174,7 @@ func (l Limit) Fixed(s FixedState, now, cost int64) (FixedState, sluice.Decision
 		s = FixedState{Index: idx}
 	}
 	w := int64(l.Window)
-	dec := sluice.Decision{Limit: l.Limit}
+	var dec sluice.Decision
 	if s.Count+cost <= l.Limit {
 		s.Count += cost
 		dec.Allowed = true
