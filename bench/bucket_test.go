@@ -68,14 +68,16 @@ func impls(b *testing.B, perSecond float64, burst int64) map[string]allower {
 var order = []string{"sluice", "xrate", "cas"}
 
 // BenchmarkAllow: one goroutine. "admit" never runs out (1e9/s, burst 1e9);
-// "deny" has one token a second, so all but the first are refused.
+// "deny" has one token a second, so all but the first are refused. The
+// "_odd" variants use rates whose exact ratio has no power-of-two part
+// (999,999,937/s and 0.7/s), so sluice takes its general division path.
 func BenchmarkAllow(b *testing.B) {
 	for _, mode := range []struct {
 		name  string
 		rate  float64
 		burst int64
 		want  bool
-	}{{"admit", 1e9, 1e9, true}, {"deny", 1, 1, false}} {
+	}{{"admit", 1e9, 1e9, true}, {"deny", 1, 1, false}, {"admit_odd", 999_999_937, 1e9, true}, {"deny_odd", 0.7, 1, false}} {
 		for _, name := range order {
 			b.Run("mode="+mode.name+"/impl="+name, func(b *testing.B) {
 				a := impls(b, mode.rate, mode.burst)[name]

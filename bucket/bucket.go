@@ -155,8 +155,7 @@ func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 		}
 		tat := ep.tat.Load()
 		if tat == frozen {
-			b.mu.Lock() // the freezer holds mu: wait for the new epoch
-			b.mu.Unlock()
+			b.awaitEpoch()
 			continue
 		}
 		nt, dec := ep.p.Step(tat, Instant{dn, ep.phase}, cost)
@@ -194,6 +193,14 @@ func (b *Bucket) rebaseLocked(ep *epoch, dn int64) {
 	tat := b.freeze(ep)
 	nt, applied, phase := ep.p.Rebase(tat, Instant{dn, ep.phase})
 	b.publish(ep.p, ep.origin+applied, phase, nt, false)
+}
+
+// awaitEpoch waits until a concurrent epoch change (rebase, SetLimit) that
+// froze the state has published the new epoch: the changer holds mu.
+func (b *Bucket) awaitEpoch() {
+	b.mu.Lock()
+	//lint:ignore SA2001 taking the lock is the wait; nothing is guarded here
+	b.mu.Unlock()
 }
 
 // freeze takes ep's state for replacement; b.mu must be held.
@@ -299,8 +306,7 @@ func (b *Bucket) reserve(d, cost int64, maxWait time.Duration) (*Reservation, er
 		}
 		tat := ep.tat.Load()
 		if tat == frozen {
-			b.mu.Lock()
-			b.mu.Unlock()
+			b.awaitEpoch()
 			continue
 		}
 		nt, wait, ok := ep.p.Reserve(tat, Instant{dn, ep.phase}, cost, max(maxWait, 0))
@@ -386,8 +392,7 @@ func (r *Reservation) cancelAt(d int64) {
 		ep := b.ep.Load()
 		tat := ep.tat.Load()
 		if tat == frozen {
-			b.mu.Lock()
-			b.mu.Unlock()
+			b.awaitEpoch()
 			continue
 		}
 		if ep.tat.CompareAndSwap(tat, ep.p.Refund(tat, r.cost)) {

@@ -292,11 +292,41 @@ func (p *Params) Step(tat int64, t Instant, cost int64) (int64, sluice.Decision)
 		}
 		return nt, sluice.Decision{Allowed: true, Remaining: rem, ResetAfter: reset}
 	}
+	// Refused: the state is not full (a full bucket admits any cost up to
+	// its capacity).
+	retry, reset := p.waits(nt-p.capUnits, base, t)
 	return tat, sluice.Decision{
 		Remaining:  max(p.capUnits-(base-v), 0) >> p.shift,
-		RetryAfter: p.wait(nt-p.capUnits, t),
-		ResetAfter: p.wait(base, t),
+		RetryAfter: retry,
+		ResetAfter: reset,
 	}
+}
+
+// waits is wait for two targets at once, written out so that the two
+// divisions overlap (a refusal needs both; this saved 2 ns of 45).
+func (p *Params) waits(t1, t2 int64, t Instant) (time.Duration, time.Duration) {
+	h1, l1 := bits.Mul64(uint64(t1), p.den)
+	h2, l2 := bits.Mul64(uint64(t2), p.den)
+	var b1, b2 uint64
+	l1, b1 = bits.Sub64(l1, t.Phase, 0)
+	l2, b2 = bits.Sub64(l2, t.Phase, 0)
+	h1 -= b1
+	h2 -= b2
+	if t1 <= 0 || t2 <= 0 || h1 >= p.num || h2 >= p.num {
+		return p.wait(t1, t), p.wait(t2, t)
+	}
+	q1, r1 := p.byNum.div(h1, l1)
+	q2, r2 := p.byNum.div(h2, l2)
+	if r1 != 0 {
+		q1++
+	}
+	if r2 != 0 {
+		q2++
+	}
+	if q1 > math.MaxInt64 || q2 > math.MaxInt64 {
+		return p.wait(t1, t), p.wait(t2, t)
+	}
+	return time.Duration(max(int64(q1)-t.Elapsed, 0)), time.Duration(max(int64(q2)-t.Elapsed, 0))
 }
 
 // Reserve is the transition for a reservation: it books cost tokens at the

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The whole sluice test suite, the one command CI runs (.ci/run calls it).
+# On a fresh machine it installs what it needs first (staticcheck from the Go
+# module proxy), then checks formatting, vets, lints, runs every test under
+# the race detector, after a short fuzzing pass over every fuzz target and
+# one iteration of every comparison benchmark in the bench/ module.
+#
+# Environment: FUZZTIME (default 5s per target; 0 skips fuzzing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATICCHECK_VERSION=v0.8.2
+FUZZTIME=${FUZZTIME:-5s}
+
+step() { printf '\n== %s\n' "$*"; }
+
+command -v go >/dev/null || { echo "test.sh: Go 1.26 is required (https://go.dev/dl)" >&2; exit 1; }
+export PATH="$(go env GOPATH)/bin:$PATH"
+
+step "install tools"
+if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
+	go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
+fi
+staticcheck -version
+
+modules=(. bench)
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "not gofmt-ed:"; echo "$unformatted"; exit 1
+fi
+
+for m in "${modules[@]}"; do
+	step "go vet + staticcheck ($m)"
+	(cd "$m" && go vet ./... && staticcheck ./...)
+done
+
+if [ "$FUZZTIME" != "0" ]; then
+	step "fuzz (${FUZZTIME} per target)"
+	for pkg in $(go list ./...); do
+		dir=$(go list -f '{{.Dir}}' "$pkg")
+		for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
+			echo "-- $pkg $target"
+			go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" >/tmp/sluice-fuzz.log 2>&1 ||
+				{ cat /tmp/sluice-fuzz.log; exit 1; }
+		done
+	done
+fi
+
+step "benchmarks compile and run once (bench/)"
+(cd bench && go test -count=1 -run '^$' -bench . -benchtime 1x ./... >/dev/null)
+
+# Last, so that the run closes on go test's own summary lines.
+step "go test -race"
+go test -race -count=1 ./...
