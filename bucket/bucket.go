@@ -20,6 +20,7 @@ package bucket
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -148,7 +149,7 @@ func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 		}
 		dn := d - ep.origin
 		if dn < 0 || dn > ep.p.maxElap {
-			if b.adjust(ep, d) {
+			if b.fixEpoch(ep, d) {
 				continue
 			}
 			dn = 0
@@ -165,11 +166,11 @@ func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 	}
 }
 
-// adjust handles a time outside ep's range: past MaxElapsed it rebases, and
+// fixEpoch handles a time outside ep's range: past MaxElapsed it rebases, and
 // before the origin of an untouched new bucket it re-anchors the origin. It
 // reports whether the caller should reload the epoch; false means the time
 // is stale and counts as the origin.
-func (b *Bucket) adjust(ep *epoch, d int64) bool {
+func (b *Bucket) fixEpoch(ep *epoch, d int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ep.Load() != ep {
@@ -274,7 +275,11 @@ type Reservation struct {
 	b    *Bucket
 	cost int64
 	act  int64 // ns since b.t0 at which the tokens are there
-	done atomic.Bool
+	// refund is the ns since b.t0 before which the booked tokens are not
+	// yet refilled: until then no later decision can have found the bucket
+	// full, so returning them is exact.
+	refund int64
+	done   atomic.Bool
 }
 
 // Reserve books cost tokens at the earliest time they are available and
@@ -299,7 +304,7 @@ func (b *Bucket) reserve(d, cost int64, maxWait time.Duration) (*Reservation, er
 		}
 		dn := d - ep.origin
 		if dn < 0 || dn > ep.p.maxElap {
-			if b.adjust(ep, d) {
+			if b.fixEpoch(ep, d) {
 				continue
 			}
 			dn = 0
@@ -314,7 +319,11 @@ func (b *Bucket) reserve(d, cost int64, maxWait time.Duration) (*Reservation, er
 			return nil, sluice.Errorf(sluice.ErrWaitTooLong, "cost %d would wait %v, more than the maximum %v", cost, wait, max(maxWait, 0))
 		}
 		if ep.tat.CompareAndSwap(tat, nt) {
-			return &Reservation{b: b, cost: cost, act: d + int64(wait)}, nil
+			refund := int64(math.MaxInt64)
+			if n, ok := ep.p.Nanos(nt, ep.phase); ok && n <= math.MaxInt64-ep.origin {
+				refund = ep.origin + n
+			}
+			return &Reservation{b: b, cost: cost, act: d + int64(wait), refund: refund}, nil
 		}
 	}
 }
@@ -373,21 +382,56 @@ func (r *Reservation) DelayFrom(now time.Time) time.Duration { return r.delayAt(
 
 func (r *Reservation) delayAt(d int64) time.Duration { return time.Duration(max(r.act-d, 0)) }
 
-// Cancel gives the reservation back. Called no later than the reservation's
-// time to act, it returns the booked tokens exactly, as if they had never
-// been taken, also when later reservations exist (they keep their place and
-// may act no later than they were told). Called after that time, the tokens
-// count as spent and Cancel does nothing. Cancel is idempotent.
+// Cancel gives the reservation back: it returns the booked tokens exactly,
+// as if they had never been taken, also when later reservations exist (they
+// keep their place and may act no later than they were told). That holds
+// until the booked tokens would have been refilled (the reservation's time
+// to act plus the time to refill them); after that the tokens count as
+// spent and Cancel does nothing, so a late Cancel can never create credit.
+// Cancel, and Settle, take effect once; later calls do nothing.
 func (r *Reservation) Cancel() { r.cancelAt(r.b.now()) }
 
 // CancelAt is Cancel at time now (see AllowAt).
 func (r *Reservation) CancelAt(now time.Time) { r.cancelAt(r.b.at(now)) }
 
 func (r *Reservation) cancelAt(d int64) {
-	if d > r.act || !r.done.CompareAndSwap(false, true) {
-		return
+	if r.done.CompareAndSwap(false, true) && d < r.refund {
+		r.b.adjust(-r.cost)
 	}
-	b := r.b
+}
+
+// Settle replaces the reservation's cost by actual, for costs known only
+// afterwards (LLM tokens, bytes): a smaller actual returns the difference
+// exactly (under the same condition as Cancel), a larger one charges the
+// excess at once, pushing the bucket into debt so that later callers wait.
+// A negative actual returns an error matching sluice.ErrInvalidCost and
+// changes nothing; a reservation already cancelled or settled returns an
+// error and changes nothing.
+func (r *Reservation) Settle(actual int64) error { return r.settleAt(r.b.now(), actual) }
+
+// SettleAt is Settle at time now (see AllowAt).
+func (r *Reservation) SettleAt(now time.Time, actual int64) error {
+	return r.settleAt(r.b.at(now), actual)
+}
+
+func (r *Reservation) settleAt(d, actual int64) error {
+	if actual < 0 {
+		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
+	}
+	if !r.done.CompareAndSwap(false, true) {
+		return errors.New("sluice: reservation already cancelled or settled")
+	}
+	switch delta := actual - r.cost; {
+	case delta < 0 && d < r.refund:
+		r.b.adjust(delta)
+	case delta > 0:
+		r.b.charge(d, delta)
+	}
+	return nil
+}
+
+// adjust adds delta tokens' worth of units to the state (negative: return).
+func (b *Bucket) adjust(delta int64) {
 	for {
 		ep := b.ep.Load()
 		tat := ep.tat.Load()
@@ -395,7 +439,29 @@ func (r *Reservation) cancelAt(d int64) {
 			b.awaitEpoch()
 			continue
 		}
-		if ep.tat.CompareAndSwap(tat, ep.p.Refund(tat, r.cost)) {
+		if ep.tat.CompareAndSwap(tat, ep.p.Refund(tat, -delta)) {
+			return
+		}
+	}
+}
+
+// charge takes n tokens at d whatever the bucket holds, going into debt.
+func (b *Bucket) charge(d, n int64) {
+	for {
+		ep := b.ep.Load()
+		dn := d - ep.origin
+		if dn < 0 || dn > ep.p.maxElap {
+			if b.fixEpoch(ep, d) {
+				continue
+			}
+			dn = 0
+		}
+		tat := ep.tat.Load()
+		if tat == frozen {
+			b.awaitEpoch()
+			continue
+		}
+		if ep.tat.CompareAndSwap(tat, ep.p.Charge(tat, Instant{dn, ep.phase}, n)) {
 			return
 		}
 	}

@@ -347,6 +347,17 @@ func (p *Params) Reserve(tat int64, t Instant, cost int64, maxWait time.Duration
 	return nt, wait, true
 }
 
+// Charge takes n tokens at t whatever the state holds, letting it go into
+// debt (a cost found to be larger than reserved). The debt is capped at
+// MaxState.
+func (p *Params) Charge(tat int64, t Instant, n int64) int64 {
+	_, base, _ := p.base(tat, t)
+	if n >= (MaxState-base)>>p.shift {
+		return MaxState
+	}
+	return base + n<<p.shift
+}
+
 // Refund returns cost tokens to the state (the inverse of a booking).
 func (p *Params) Refund(tat, cost int64) int64 { return tat - cost<<p.shift }
 

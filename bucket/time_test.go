@@ -143,7 +143,7 @@ func TestConcurrentMixedExact(t *testing.T) {
 					if r, err := b.Reserve(3, 2*time.Second); err == nil {
 						net.Add(3)
 						if i%2 == 0 {
-							r.Cancel() // before its time to act: returns exactly 3
+							r.Cancel() // before the tokens refill: returns exactly 3
 							net.Add(-3)
 						}
 					}
@@ -198,13 +198,63 @@ func TestReserveCancelExact(t *testing.T) {
 		c.Advance(time.Second)
 		rc.Advance(time.Second)
 	}
-	// After its time to act, cancelling returns nothing.
+	// Once the booked tokens would have been refilled (time to act plus
+	// the 10 s to refill them), cancelling returns nothing: it could only
+	// create credit.
 	r3, _ := b.Reserve(10, time.Minute)
-	c.Advance(r3.Delay() + time.Nanosecond)
+	c.Advance(r3.Delay() + 10*time.Second)
 	before := b.Tokens()
 	r3.Cancel()
-	if b.Tokens() != before {
-		t.Fatalf("cancel after time to act returned tokens: %v -> %v", before, b.Tokens())
+	if b.Tokens() != before || before != 10 {
+		t.Fatalf("late cancel returned tokens: %v -> %v", before, b.Tokens())
+	}
+	// Just before that, it returns them exactly: act, then cancel 9.9 s on.
+	r4, _ := b.Reserve(10, time.Minute) // due now, tokens 0
+	c.Advance(9900 * time.Millisecond)  // 9.9 tokens refilled
+	r4.Cancel()
+	if got := b.Tokens(); got != 10 {
+		t.Fatalf("cancel within the refill: %v, want 10 (full)", got)
+	}
+}
+
+// The minting sequence a careless Cancel allows: reserve everything, let
+// the bucket refill, spend it again, then cancel the old reservation.
+func TestLateCancelNeverMints(t *testing.T) {
+	b, c := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
+	r, _ := b.Reserve(10, 0)
+	c.Advance(20 * time.Second) // full again
+	allow(t, b, 10)
+	r.Cancel()
+	if got := b.Tokens(); got != 0 {
+		t.Fatalf("tokens %v after a late cancel, want 0", got)
+	}
+}
+
+func TestSettle(t *testing.T) {
+	b, c := newAt(t, bucket.Limit{Capacity: 100, Rate: 10})
+	r, _ := b.Reserve(40, 0) // estimate 40
+	c.Advance(time.Second)    // 60 + 10 = 70
+	if err := r.Settle(15); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Tokens(); got != 95 {
+		t.Fatalf("after settling 40 -> 15: %v, want 95", got)
+	}
+	if err := r.Settle(1); err == nil {
+		t.Fatal("second settle accepted")
+	}
+	r2, _ := b.Reserve(50, 0) // 45 left
+	if err := r2.Settle(-1); !errors.Is(err, sluice.ErrInvalidCost) {
+		t.Fatalf("negative: %v", err)
+	}
+	if err := r2.Settle(170); err != nil { // 120 more than reserved: debt
+		t.Fatal(err)
+	}
+	if got := b.Tokens(); got != -75 {
+		t.Fatalf("after settling 50 -> 170: %v, want -75", got)
+	}
+	if d := allow(t, b, 1); d.Allowed || d.RetryAfter != 7600*time.Millisecond {
+		t.Fatalf("in debt: %+v", d)
 	}
 }
 
