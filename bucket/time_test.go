@@ -233,7 +233,7 @@ func TestLateCancelNeverMints(t *testing.T) {
 func TestSettle(t *testing.T) {
 	b, c := newAt(t, bucket.Limit{Capacity: 100, Rate: 10})
 	r, _ := b.Reserve(40, 0) // estimate 40
-	c.Advance(time.Second)    // 60 + 10 = 70
+	c.Advance(time.Second)   // 60 + 10 = 70
 	if err := r.Settle(15); err != nil {
 		t.Fatal(err)
 	}
