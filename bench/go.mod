@@ -6,4 +6,6 @@ require github.com/sluicehq/sluice v0.0.0
 
 require golang.org/x/time v0.16.0
 
+require golang.org/x/sync v0.23.0
+
 replace github.com/sluicehq/sluice => ../

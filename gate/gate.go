@@ -1,0 +1,733 @@
+// Package gate admits outgoing calls to tools and APIs the caller does not
+// own (an agent calling tools, a service calling an LLM provider or a
+// partner API) so that they stay inside the other side's limits (SPEC
+// section 3).
+//
+// A Gate combines an exact token bucket (the rate and burst), an in-flight
+// cap (calls admitted but not finished), a capped FIFO queue of callers
+// willing to wait, server retry hints that pause every caller, and bounded,
+// jittered retries. It has no background goroutines or tickers: all work
+// happens on the callers' goroutines, so a Gate needs no Close and can be
+// created freely, including inside testing/synctest bubbles.
+package gate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+)
+
+// Retry is the retry policy of Gate.Do. Errors that carry a server hint
+// (WithRetryAfter) or are marked Retryable are retried; others are not.
+type Retry struct {
+	// MaxAttempts is the number of attempts in total, the first included.
+	// 0 and 1 both mean one attempt and no retry.
+	MaxAttempts int
+	// BaseDelay and MaxDelay bound the pause before a retry: the n-th retry
+	// waits a uniformly random time in [BaseDelay, min(MaxDelay,
+	// BaseDelay*2^n)] ("full jitter" over an exponential window), so that
+	// callers do not come back in a wave, and never less than a server's
+	// hint. Both 0 means retries are paced by the tokens alone. MaxDelay
+	// must not be below BaseDelay.
+	BaseDelay, MaxDelay time.Duration
+}
+
+// Config configures a Gate. Every zero value has the meaning documented on
+// its field; invalid values make New return an error naming the field.
+type Config struct {
+	// Name labels the gate in logs and events (the SPEC field "limiter").
+	// Empty means "gate".
+	Name string
+	// Limit is the token bucket: Capacity is the burst, Rate the tokens per
+	// second. Required. The bucket starts full unless StartEmpty is set.
+	Limit      bucket.Limit
+	StartEmpty bool
+	// MaxInFlight caps the calls admitted and not yet finished; 0 means no
+	// cap. A slot is released when the call returns, panics or its ticket
+	// is released.
+	MaxInFlight int
+	// MaxQueue is how many callers may wait for admission at once; beyond
+	// it a caller is refused at once with sluice.ErrQueueFull. 0 means
+	// nobody waits: a call that cannot be admitted at once is refused.
+	MaxQueue int
+	// MaxWait is the longest a caller waits for admission (tokens, a
+	// server's pause, and a free slot); a caller whose admission would come
+	// later, by it or by its context's deadline, is refused at once with
+	// sluice.ErrWaitTooLong and consumes nothing. A server hint longer than
+	// MaxWait refuses at once too. 0 means no limit but the context's.
+	MaxWait time.Duration
+	// Retry is the retry policy of Do. The zero value means no retry.
+	Retry Retry
+	// Clock is the time source for decisions; nil means the system clock.
+	// Waiting always uses real timers (virtual inside a synctest bubble).
+	Clock sluice.Clock
+	// Logger receives a record for each refusal and each pause, with the
+	// SPEC's field names, at most about 10 records a second (the rest are
+	// counted in the next record's "suppressed" field). Nil logs nothing.
+	Logger *slog.Logger
+	// Observe, if set, is called for every admission decision (admitted or
+	// refused, original or retry); it is the hook for metrics. It is called
+	// with no lock held and must be safe for concurrent use.
+	Observe func(Event)
+	// Rand, if set, draws the retry jitter (a seeded source makes retries
+	// reproducible); nil uses math/rand/v2's global source. It is used under
+	// the gate's lock.
+	Rand *rand.Rand
+}
+
+// Event describes one admission decision, for metrics.
+type Event struct {
+	Limiter         string        // Config.Name
+	Result          string        // "admitted" or "rejected"
+	Reason          string        // for rejections: "queue_full", "wait_too_long", "cost_exceeds_capacity", "invalid_cost", "canceled"
+	Retry           bool          // a retried attempt, not an original call
+	Attempt         int           // 1 for the original call
+	Cost            int64         // token_cost
+	Waited          time.Duration // time spent waiting for admission
+	Capacity        int64         // bucket_capacity
+	RefillPerSecond float64       // refill_per_second
+	TokensRemaining float64       // tokens_remaining after the decision
+}
+
+// Stats is a snapshot of a gate's counters.
+type Stats struct {
+	Admitted        uint64 // calls admitted, retries included
+	AdmittedRetries uint64 // of which retries
+	Retries         uint64 // retries started by Do (after a hinted or retryable error)
+	// Rejections by reason.
+	RejectedQueueFull   uint64
+	RejectedWaitTooLong uint64
+	RejectedCost        uint64    // cost above capacity or negative
+	Canceled            uint64    // waiters whose context ended
+	Queued              int       // callers waiting now
+	InFlight            int       // calls admitted and not finished now
+	PausedUntil         time.Time // zero unless a server hint pauses the gate
+	Tokens              float64   // tokens in the bucket now (negative: booked by waiters)
+}
+
+// Gate admits calls; see the package documentation. It is safe for
+// concurrent use.
+type Gate struct {
+	cfg   Config
+	name  string
+	b     *bucket.Bucket
+	limit bucket.Limit
+	logs  *bucket.Bucket // bounds the log rate
+
+	// The fast path (nobody waiting, no pause, a free slot, tokens now)
+	// takes no lock: it reads queued and paused, takes a slot with a CAS on
+	// inFlight and tokens from the lock-free bucket. Everything else is
+	// under mu. A slot freed while callers wait is handed to the head of
+	// the queue under mu, so waiters are never overtaken.
+	inFlight atomic.Int64
+	queued   atomic.Int64 // len(queue)
+	paused   atomic.Bool  // pausedUntil is set (it may have passed)
+	counters counters
+
+	mu          sync.Mutex
+	queue       []*waiter
+	pausedUntil time.Time
+	suppressed  int
+}
+
+type counters struct {
+	admitted, admittedRetries, retries        atomic.Uint64
+	queueFull, waitTooLong, badCost, canceled atomic.Uint64
+}
+
+type waiter struct {
+	cost     int64
+	res      *bucket.Reservation
+	ready    time.Time // when the booked tokens are there
+	limit    time.Time // latest acceptable admission; zero: none
+	wake     chan struct{}
+	attempt  int
+	admitted bool  // a slot was handed over by dispatchLocked
+	err      error // set when rebooking failed
+}
+
+// New returns a gate for cfg, or an error naming the invalid field (it
+// matches sluice.ErrInvalidLimit).
+func New(cfg Config) (*Gate, error) {
+	bad := func(format string, args ...any) error {
+		return sluice.Errorf(sluice.ErrInvalidLimit, "gate config: "+format, args...)
+	}
+	switch {
+	case cfg.MaxInFlight < 0:
+		return nil, bad("MaxInFlight %d must not be negative", cfg.MaxInFlight)
+	case cfg.MaxQueue < 0:
+		return nil, bad("MaxQueue %d must not be negative", cfg.MaxQueue)
+	case cfg.MaxWait < 0:
+		return nil, bad("MaxWait %v must not be negative", cfg.MaxWait)
+	case cfg.Retry.MaxAttempts < 0:
+		return nil, bad("Retry.MaxAttempts %d must not be negative", cfg.Retry.MaxAttempts)
+	case cfg.Retry.BaseDelay < 0:
+		return nil, bad("Retry.BaseDelay %v must not be negative", cfg.Retry.BaseDelay)
+	case cfg.Retry.MaxDelay < cfg.Retry.BaseDelay:
+		return nil, bad("Retry.MaxDelay %v must not be below Retry.BaseDelay %v", cfg.Retry.MaxDelay, cfg.Retry.BaseDelay)
+	}
+	opts := []bucket.Option{}
+	if cfg.Clock != nil {
+		opts = append(opts, bucket.WithClock(cfg.Clock))
+	}
+	if cfg.StartEmpty {
+		opts = append(opts, bucket.StartEmpty())
+	}
+	b, err := bucket.New(cfg.Limit, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gate config: Limit: %w", err)
+	}
+	g := &Gate{cfg: cfg, name: cfg.Name, b: b, limit: cfg.Limit}
+	if g.name == "" {
+		g.name = "gate"
+	}
+	if cfg.Logger != nil {
+		g.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
+	}
+	return g, nil
+}
+
+func (g *Gate) now() time.Time {
+	if g.cfg.Clock != nil {
+		return g.cfg.Clock.Now()
+	}
+	return time.Now()
+}
+
+// Config returns the configuration the gate was made with.
+func (g *Gate) Config() Config { return g.cfg }
+
+// Limit returns the gate's token-bucket limit.
+func (g *Gate) Limit() bucket.Limit { return g.limit }
+
+// Stats returns a snapshot of the gate's counters.
+func (g *Gate) Stats() Stats {
+	c := &g.counters
+	s := Stats{
+		Admitted: c.admitted.Load(), AdmittedRetries: c.admittedRetries.Load(), Retries: c.retries.Load(),
+		RejectedQueueFull: c.queueFull.Load(), RejectedWaitTooLong: c.waitTooLong.Load(),
+		RejectedCost: c.badCost.Load(), Canceled: c.canceled.Load(),
+		Queued: int(g.queued.Load()), InFlight: int(g.inFlight.Load()), Tokens: g.b.Tokens(),
+	}
+	g.mu.Lock()
+	if g.pausedUntil.After(g.now()) {
+		s.PausedUntil = g.pausedUntil
+	}
+	g.mu.Unlock()
+	return s
+}
+
+// Pause makes every caller, queued or new, wait until d from now (or the
+// later end of an earlier pause). Do calls it when a call returns a retry
+// hint; the HTTP transport when a server answers 429 or 503 with one.
+// d <= 0 does nothing.
+func (g *Gate) Pause(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	g.mu.Lock()
+	until := g.now().Add(d)
+	if until.After(g.pausedUntil) {
+		g.pausedUntil = until
+		g.paused.Store(true)
+		for _, w := range g.queue {
+			signal(w)
+		}
+		g.logLocked(slog.LevelWarn, "rate limit: server hint pauses the gate",
+			slog.Duration("retry_after", d), slog.Time("paused_until", until))
+	}
+	g.mu.Unlock()
+}
+
+func signal(w *waiter) {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Ticket is an admitted call holding its tokens and an in-flight slot.
+type Ticket struct {
+	g        *Gate
+	res      *bucket.Reservation
+	mu       sync.Mutex
+	released bool
+}
+
+// Reserve admits a call whose cost is known only afterwards (LLM tokens,
+// bytes): it takes estimate tokens and an in-flight slot, waiting as Do
+// does, and returns a ticket. Settle the ticket with the actual cost and
+// Release it when the call has finished.
+func (g *Gate) Reserve(ctx context.Context, estimate int64) (*Ticket, error) {
+	res, err := g.acquire(ctx, estimate, 1, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Ticket{g: g, res: res}, nil
+}
+
+// Settle replaces the estimate by the actual cost: the unused part goes
+// back to the bucket exactly, an excess is charged at once (pushing the
+// bucket into debt, so later callers wait). It can be called once; a
+// negative actual returns an error matching sluice.ErrInvalidCost and
+// changes nothing.
+func (t *Ticket) Settle(actual int64) error { return t.res.Settle(actual) }
+
+// Release frees the ticket's in-flight slot. It is idempotent. Tokens not
+// settled stay taken at the estimate.
+func (t *Ticket) Release() {
+	t.mu.Lock()
+	done := t.released
+	t.released = true
+	t.mu.Unlock()
+	if !done {
+		t.g.release()
+	}
+}
+
+// release frees a slot. When callers wait, the slot goes to the head of the
+// queue if it is ready. (A waiter enqueues before it looks for a slot, and
+// release frees the slot before it looks for waiters, so no wake-up is lost.)
+func (g *Gate) release() {
+	g.inFlight.Add(-1)
+	if g.queued.Load() > 0 {
+		g.mu.Lock()
+		g.dispatchLocked(g.now())
+		g.mu.Unlock()
+	}
+}
+
+// takeSlot takes an in-flight slot if one is free.
+func (g *Gate) takeSlot() bool {
+	if g.cfg.MaxInFlight == 0 {
+		g.inFlight.Add(1)
+		return true
+	}
+	for {
+		n := g.inFlight.Load()
+		if n >= int64(g.cfg.MaxInFlight) {
+			return false
+		}
+		if g.inFlight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// readyLocked returns when w may be admitted as far as tokens and the
+// server's pause go.
+func (g *Gate) readyLocked(w *waiter) time.Time {
+	if g.pausedUntil.After(w.ready) {
+		return g.pausedUntil
+	}
+	return w.ready
+}
+
+// dispatchLocked admits waiters from the head of the queue while they are
+// ready and slots are free, handing each its slot and waking it. A waiter
+// that cannot go yet sleeps until its ready time (its own timer) or until a
+// release hands it a slot.
+func (g *Gate) dispatchLocked(now time.Time) {
+	for len(g.queue) > 0 {
+		w := g.queue[0]
+		if w.err != nil || now.Before(g.readyLocked(w)) || !g.takeSlot() {
+			return
+		}
+		g.popLocked()
+		w.admitted = true
+		g.countAdmitted(w.attempt)
+		signal(w)
+	}
+}
+
+func (g *Gate) popLocked() {
+	g.queue[0] = nil
+	g.queue = g.queue[1:]
+	g.queued.Add(-1)
+}
+
+func (g *Gate) countAdmitted(attempt int) {
+	g.counters.admitted.Add(1)
+	if attempt > 1 {
+		g.counters.admittedRetries.Add(1)
+	}
+}
+
+// Do admits a call of the given cost (tokens and an in-flight slot), runs
+// fn, releases the slot when fn returns or panics (re-panicking after
+// release), and returns fn's error.
+//
+//   - no waiting room: refused at once with sluice.ErrQueueFull;
+//   - admission later than MaxWait or ctx's deadline: refused at once with
+//     sluice.ErrWaitTooLong, consuming nothing;
+//   - waiters are admitted in arrival order, large costs included;
+//   - a waiter whose ctx ends leaves the queue, its booked tokens return
+//     exactly, and Do returns ctx's error;
+//   - cost > capacity: sluice.ErrCostExceedsCapacity at once.
+//
+// If fn's error carries a server hint (WithRetryAfter), the whole gate
+// pauses until the hint has passed. Errors with a hint or marked Retryable
+// are retried up to Retry.MaxAttempts in all, each retry admitted through
+// the gate again (it costs tokens) and labelled as a retry in logs and
+// events. When retries end, Do returns the last error, joined with the
+// gate's refusal if a retry was refused admission.
+func (g *Gate) Do(ctx context.Context, cost int64, fn func(context.Context) error) error {
+	var last error
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			if err := g.beforeRetry(ctx, attempt, last); err != nil {
+				return err
+			}
+		}
+		if _, err := g.acquire(ctx, cost, attempt, false); err != nil {
+			if last != nil {
+				return joinErrors(err, last)
+			}
+			return err
+		}
+		err := g.run(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		last = err
+		hint, hinted := RetryAfterOf(err)
+		if hinted {
+			g.Pause(hint)
+		}
+		if !hinted && !IsRetryable(err) || attempt >= max(g.cfg.Retry.MaxAttempts, 1) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// run calls fn holding the slot taken by acquire, releasing it however fn
+// ends.
+func (g *Gate) run(ctx context.Context, fn func(context.Context) error) error {
+	defer g.release()
+	return fn(ctx)
+}
+
+// beforeRetry sleeps the jittered backoff before retry number attempt-1, or
+// refuses at once when the server's pause or the backoff cannot end within
+// MaxWait or ctx's deadline.
+func (g *Gate) beforeRetry(ctx context.Context, attempt int, last error) error {
+	g.mu.Lock()
+	now := g.now()
+	delay := g.jitterLocked(attempt - 1)
+	pause := g.pausedUntil.Sub(now)
+	g.mu.Unlock()
+	g.counters.retries.Add(1)
+	need := max(delay, pause)
+	budget := g.budget(ctx, now)
+	if need > budget || (g.cfg.MaxWait > 0 && pause > g.cfg.MaxWait) {
+		err := sluice.Errorf(sluice.ErrWaitTooLong, "retry %d of %q would wait %v, more than the %v allowed", attempt-1, g.name, need, budget)
+		g.reject(err, "wait_too_long", 0, attempt, 0)
+		return joinErrors(err, last)
+	}
+	if delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return joinErrors(ctx.Err(), last)
+	}
+}
+
+// jitterLocked returns the backoff before retry n (1-based).
+func (g *Gate) jitterLocked(n int) time.Duration {
+	lo, hi := g.cfg.Retry.BaseDelay, g.cfg.Retry.MaxDelay
+	if lo == 0 && hi == 0 {
+		return 0
+	}
+	top := hi
+	if n < 62 && lo <= hi>>uint(n) {
+		top = lo << uint(n)
+	}
+	span := int64(top - lo)
+	if span <= 0 {
+		return lo
+	}
+	var r int64
+	if g.cfg.Rand != nil {
+		r = g.cfg.Rand.Int64N(span + 1)
+	} else {
+		r = rand.Int64N(span + 1)
+	}
+	return lo + time.Duration(r)
+}
+
+// budget is how long a caller arriving at now may wait for admission.
+func (g *Gate) budget(ctx context.Context, now time.Time) time.Duration {
+	b := time.Duration(math.MaxInt64)
+	if g.cfg.MaxWait > 0 {
+		b = g.cfg.MaxWait
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		b = min(b, max(dl.Sub(now), 0))
+	}
+	return b
+}
+
+// acquire admits cost: it returns once the tokens and a slot are taken,
+// with the reservation when wantRes is set (else nil).
+func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool) (*bucket.Reservation, error) {
+	if err := bucket.CheckCost(cost, g.limit.Capacity); err != nil {
+		reason := "cost_exceeds_capacity"
+		if cost < 0 {
+			reason = "invalid_cost"
+		}
+		g.reject(err, reason, cost, attempt, 0)
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Fast path: nobody ahead, no pause, a slot: tokens now or not. When
+	// only a slot is missing, yield a few times first: on a busy machine a
+	// slot's holder is often a goroutine preempted between admission and
+	// release, and queueing behind it would turn every later caller into a
+	// waiter (a convoy) for nothing.
+	for spin := 0; spin < 3 && g.queued.Load() == 0 && !g.paused.Load(); spin++ {
+		if !g.takeSlot() {
+			runtime.Gosched()
+			continue
+		}
+		if wantRes {
+			if r, err := g.b.Reserve(cost, 0); err == nil {
+				g.countAdmitted(attempt)
+				g.observe("admitted", "", cost, attempt, 0)
+				return r, nil
+			}
+		} else if d, _ := g.b.Allow(cost); d.Allowed {
+			g.countAdmitted(attempt)
+			g.observe("admitted", "", cost, attempt, 0)
+			return nil, nil
+		}
+		g.release()
+		break
+	}
+	g.mu.Lock()
+	now := g.now()
+	if g.paused.Load() && !g.pausedUntil.After(now) {
+		g.pausedUntil = time.Time{}
+		g.paused.Store(false)
+	}
+	if len(g.queue) >= g.cfg.MaxQueue {
+		g.mu.Unlock()
+		err := sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
+		g.reject(err, "queue_full", cost, attempt, 0)
+		return nil, err
+	}
+	budget := g.budget(ctx, now)
+	pause := g.pausedUntil.Sub(now)
+	if pause > budget {
+		g.mu.Unlock()
+		err := sluice.Errorf(sluice.ErrWaitTooLong, "%q is paused by a server hint for %v, more than the %v allowed", g.name, pause, budget)
+		g.reject(err, "wait_too_long", cost, attempt, 0)
+		return nil, err
+	}
+	res, err := g.b.ReserveAt(now, cost, budget)
+	if err != nil {
+		g.mu.Unlock()
+		err = fmt.Errorf("%q: %w", g.name, err)
+		g.reject(err, "wait_too_long", cost, attempt, 0)
+		return nil, err
+	}
+	w := &waiter{cost: cost, res: res, ready: now.Add(res.DelayFrom(now)), wake: make(chan struct{}, 1), attempt: attempt}
+	if budget != time.Duration(math.MaxInt64) {
+		w.limit = now.Add(budget)
+	}
+	g.queue = append(g.queue, w)
+	g.queued.Add(1)
+	g.dispatchLocked(now) // it may go at once (a slot, and tokens now)
+	g.mu.Unlock()
+	if err := g.wait(ctx, w, now); err != nil {
+		return nil, err
+	}
+	if !wantRes {
+		return nil, nil
+	}
+	return w.res, nil // rebooking may have replaced res
+}
+
+// wait blocks until w, at the head of the queue, has its tokens, the pause
+// has passed and a slot is free; or until its limit or ctx ends it.
+func (g *Gate) wait(ctx context.Context, w *waiter, start time.Time) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		g.mu.Lock()
+		if w.err != nil {
+			g.removeLocked(w)
+			g.mu.Unlock()
+			return w.err
+		}
+		now := g.now()
+		if !w.admitted {
+			g.dispatchLocked(now)
+		}
+		if w.admitted {
+			g.mu.Unlock()
+			g.observe("admitted", "", w.cost, w.attempt, now.Sub(start))
+			return nil
+		}
+		ready := g.readyLocked(w)
+		if !w.limit.IsZero() && (ready.After(w.limit) || !now.Before(w.limit)) {
+			g.removeLocked(w)
+			g.mu.Unlock()
+			err := sluice.Errorf(sluice.ErrWaitTooLong, "%q: admission at %v would exceed the wait allowed (%v)",
+				g.name, ready.Sub(start), w.limit.Sub(start))
+			g.reject(err, "wait_too_long", w.cost, w.attempt, now.Sub(start))
+			return err
+		}
+		// Sleep until ready (if not yet), or the limit, or a signal.
+		var sleep time.Duration = -1
+		if now.Before(ready) {
+			sleep = ready.Sub(now)
+		} else if !w.limit.IsZero() {
+			sleep = w.limit.Sub(now)
+		}
+		g.mu.Unlock()
+		var tc <-chan time.Time
+		if sleep >= 0 {
+			if timer == nil {
+				timer = time.NewTimer(sleep)
+			} else {
+				timer.Reset(sleep)
+			}
+			tc = timer.C
+		}
+		select {
+		case <-w.wake:
+		case <-tc:
+		case <-ctx.Done():
+			g.mu.Lock()
+			admitted := w.admitted // handed a slot just before ctx ended
+			g.removeLocked(w)
+			g.mu.Unlock()
+			if admitted {
+				g.release()
+			}
+			g.reject(ctx.Err(), "canceled", w.cost, w.attempt, g.now().Sub(start))
+			return ctx.Err()
+		}
+	}
+}
+
+// removeLocked takes w out of the queue (if it is still there), returns its
+// tokens exactly, and books the waiters behind it again so that they move
+// forward.
+func (g *Gate) removeLocked(w *waiter) {
+	i := 0
+	for i < len(g.queue) && g.queue[i] != w {
+		i++
+	}
+	inQueue := i < len(g.queue)
+	if !inQueue {
+		i = -1 // admitted already: every waiter was booked after it
+	}
+	behind := append([]*waiter(nil), g.queue[i+1:]...)
+	for j := len(behind) - 1; j >= 0; j-- {
+		if behind[j].res != nil {
+			behind[j].res.Cancel()
+		}
+	}
+	if w.res != nil {
+		w.res.Cancel()
+	}
+	if inQueue {
+		g.queue = append(g.queue[:i], behind...)
+		g.queued.Add(-1)
+	}
+	now := g.now()
+	for _, v := range behind {
+		if v.err != nil {
+			continue
+		}
+		r, err := g.b.ReserveAt(now, v.cost, time.Duration(math.MaxInt64))
+		if err != nil {
+			// Cannot happen (the same tokens just came back), but if it did
+			// the waiter fails rather than run unpaid.
+			v.res, v.err = nil, err
+		} else {
+			v.res, v.ready = r, now.Add(r.DelayFrom(now))
+		}
+		signal(v)
+	}
+	g.dispatchLocked(now)
+}
+
+func joinErrors(err, last error) error {
+	return fmt.Errorf("%w (last attempt: %w)", err, last)
+}
+
+func (g *Gate) observe(result, reason string, cost int64, attempt int, waited time.Duration) {
+	if g.cfg.Observe == nil {
+		return
+	}
+	g.cfg.Observe(Event{
+		Limiter: g.name, Result: result, Reason: reason, Retry: attempt > 1, Attempt: attempt,
+		Cost: cost, Waited: waited, Capacity: g.limit.Capacity, RefillPerSecond: g.limit.Rate,
+		TokensRemaining: g.b.Tokens(),
+	})
+}
+
+// reject counts a refusal and reports it to Observe and the log.
+func (g *Gate) reject(err error, reason string, cost int64, attempt int, waited time.Duration) {
+	switch reason {
+	case "queue_full":
+		g.counters.queueFull.Add(1)
+	case "wait_too_long":
+		g.counters.waitTooLong.Add(1)
+	case "canceled":
+		g.counters.canceled.Add(1)
+	default:
+		g.counters.badCost.Add(1)
+	}
+	g.observe("rejected", reason, cost, attempt, waited)
+	if g.cfg.Logger == nil {
+		return
+	}
+	g.mu.Lock()
+	g.logLocked(slog.LevelInfo, "rate limit: call refused",
+		slog.String("result", "rejected"), slog.String("reason", reason),
+		slog.Int64("bucket_capacity", g.limit.Capacity), slog.Float64("refill_per_second", g.limit.Rate),
+		slog.Int64("token_cost", cost), slog.Float64("tokens_remaining", g.b.Tokens()),
+		slog.Bool("retry", attempt > 1), slog.Int("attempt", attempt), slog.Duration("waited", waited),
+		slog.String("error", err.Error()))
+	g.mu.Unlock()
+}
+
+// logLocked writes a record if the log budget allows; g.mu must be held.
+func (g *Gate) logLocked(level slog.Level, msg string, attrs ...slog.Attr) {
+	if g.cfg.Logger == nil {
+		return
+	}
+	if d, _ := g.logs.Allow(1); !d.Allowed {
+		g.suppressed++
+		return
+	}
+	attrs = append(attrs, slog.String("limiter", g.name))
+	if g.suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", g.suppressed))
+		g.suppressed = 0
+	}
+	g.cfg.Logger.LogAttrs(context.Background(), level, msg, attrs...)
+}

@@ -1,0 +1,319 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// script is a real HTTP server (on loopback, outside any synctest bubble)
+// that answers each request with the next scripted reply.
+type script struct {
+	mu      sync.Mutex
+	replies []reply
+	bodies  []string
+	srv     *httptest.Server
+}
+
+type reply struct {
+	status  int
+	headers map[string]string
+}
+
+func newScript(t *testing.T, replies ...reply) *script {
+	s := &script{replies: replies}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.bodies = append(s.bodies, string(b))
+		rep := reply{status: 200}
+		if len(s.replies) > 0 {
+			rep, s.replies = s.replies[0], s.replies[1:]
+		}
+		s.mu.Unlock()
+		for k, v := range rep.headers {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(rep.status)
+		io.WriteString(w, "answer "+strconv.Itoa(rep.status))
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *script) requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bodies)
+}
+
+// client returns an http.Client whose transport goes through a gate. The
+// base transport keeps no idle connections, so no goroutine outlives a
+// request inside a synctest bubble.
+func client(t *testing.T, cfg gate.Config, opts ...httplimit.TransportOption) (*http.Client, *gate.Gate) {
+	t.Helper()
+	g, err := gate.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := &http.Transport{DisableKeepAlives: true}
+	return &http.Client{Transport: httplimit.NewTransport(base, g, opts...)}, g
+}
+
+var retrying = gate.Config{
+	Limit: bucket.Limit{Capacity: 10, Rate: 10}, MaxQueue: 10,
+	Retry: gate.Retry{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond},
+}
+
+func get(t *testing.T, c *http.Client, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	s := newScript(t, reply{429, map[string]string{"Retry-After": "3"}})
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := client(t, retrying)
+		start := time.Now()
+		resp, body := get(t, c, s.srv.URL)
+		if resp.StatusCode != 200 || body != "answer 200" || s.requests() != 2 {
+			t.Fatalf("status %d body %q after %d requests", resp.StatusCode, body, s.requests())
+		}
+		if el := time.Since(start); el < 3*time.Second || el > 3100*time.Millisecond {
+			t.Fatalf("retried after %v, want 3s (plus jitter)", el)
+		}
+	})
+}
+
+func TestRetryAfterHTTPDate(t *testing.T) {
+	var date string
+	s := newScript(t)
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		date = start.Add(5 * time.Second).UTC().Format(http.TimeFormat)
+		s.replies = []reply{{503, map[string]string{"Retry-After": date}}}
+		c, _ := client(t, retrying)
+		resp, _ := get(t, c, s.srv.URL)
+		if resp.StatusCode != 200 || time.Since(start) < 5*time.Second {
+			t.Fatalf("status %d after %v", resp.StatusCode, time.Since(start))
+		}
+	})
+}
+
+func TestRateLimitFieldHint(t *testing.T) {
+	s := newScript(t,
+		reply{429, map[string]string{"RateLimit": `"burst";r=5;t=1, "daily";r=0;t=4`, "RateLimit-Policy": `"burst";q=100;w=60`}},
+		reply{429, map[string]string{"RateLimit-Remaining": "0", "RateLimit-Reset": "2"}})
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := client(t, retrying)
+		start := time.Now()
+		resp, _ := get(t, c, s.srv.URL)
+		if resp.StatusCode != 200 || s.requests() != 3 {
+			t.Fatalf("status %d after %d requests", resp.StatusCode, s.requests())
+		}
+		if el := time.Since(start); el < 6*time.Second || el > 6300*time.Millisecond {
+			t.Fatalf("took %v, want 4s + 2s", el)
+		}
+	})
+}
+
+// Retries exhausted: the last answer comes back as it was.
+func TestLastAnswerReturned(t *testing.T) {
+	s := newScript(t,
+		reply{503, nil}, reply{503, map[string]string{"Retry-After": "soon"}}, reply{429, map[string]string{"Retry-After": "1"}})
+	synctest.Test(t, func(t *testing.T) {
+		c, g := client(t, retrying)
+		resp, body := get(t, c, s.srv.URL)
+		if resp.StatusCode != 429 || body != "answer 429" || s.requests() != 3 {
+			t.Fatalf("status %d body %q requests %d", resp.StatusCode, body, s.requests())
+		}
+		if st := g.Stats(); st.AdmittedRetries != 2 || st.PausedUntil.IsZero() {
+			t.Fatalf("stats %+v: the last hint must still pause the gate", st)
+		}
+	})
+}
+
+// A POST without Idempotency-Key is not retried, but its hint pauses the
+// gate for everyone; with the key and a rewindable body it is retried with
+// the same body.
+func TestIdempotency(t *testing.T) {
+	s := newScript(t, reply{429, map[string]string{"Retry-After": "2"}}, reply{429, map[string]string{"Retry-After": "2"}})
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := client(t, retrying)
+		start := time.Now()
+		resp, err := c.Post(s.srv.URL, "text/plain", bytes.NewReader([]byte("payload-1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 429 || s.requests() != 1 || time.Since(start) != 0 {
+			t.Fatalf("plain POST: status %d, %d requests, %v", resp.StatusCode, s.requests(), time.Since(start))
+		}
+		req, _ := http.NewRequest(http.MethodPost, s.srv.URL, bytes.NewReader([]byte("payload-2")))
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err = c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		// It waited out the first answer's pause (2 s), got a second 429,
+		// and was retried after another 2 s.
+		if resp.StatusCode != 200 || time.Since(start) < 4*time.Second {
+			t.Fatalf("keyed POST: status %d after %v", resp.StatusCode, time.Since(start))
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.bodies) != 3 || s.bodies[1] != "payload-2" || s.bodies[2] != "payload-2" {
+			t.Fatalf("bodies %q", s.bodies)
+		}
+	})
+}
+
+// A hint beyond the cap counts as the cap; malformed hints are ignored.
+func TestAbsurdAndMalformedHints(t *testing.T) {
+	s := newScript(t,
+		reply{429, map[string]string{"Retry-After": "99999999999999999999"}},
+		reply{503, map[string]string{"Retry-After": "-5"}})
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := client(t, retrying, httplimit.WithMaxRetryAfter(7*time.Second))
+		start := time.Now()
+		resp, _ := get(t, c, s.srv.URL)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if el := time.Since(start); el < 7*time.Second || el > 7300*time.Millisecond {
+			t.Fatalf("took %v, want the 7 s cap plus jitter", el)
+		}
+	})
+}
+
+// Other callers wait out a hint that one caller received.
+func TestHintPausesOtherRequests(t *testing.T) {
+	s := newScript(t, reply{429, map[string]string{"Retry-After": "10"}})
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := client(t, gate.Config{Limit: bucket.Limit{Capacity: 10, Rate: 10}, MaxQueue: 10})
+		start := time.Now()
+		get(t, c, s.srv.URL) // 429, no retries configured: returned, gate paused
+		var wg sync.WaitGroup
+		var early atomic.Int64
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, _ := get(t, c, s.srv.URL)
+				if resp.StatusCode != 200 || time.Since(start) < 10*time.Second {
+					early.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if early.Load() != 0 {
+			t.Fatalf("%d requests went out during the pause", early.Load())
+		}
+	})
+}
+
+func TestGateRefusalIsTheError(t *testing.T) {
+	s := newScript(t)
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := client(t, gate.Config{Limit: bucket.Limit{Capacity: 1, Rate: 0.1}}, httplimit.WithCost(func(r *http.Request) int64 {
+			if r.Method == http.MethodDelete {
+				return 2
+			}
+			return 1
+		}))
+		get(t, c, s.srv.URL)
+		if _, err := c.Get(s.srv.URL); !errors.Is(err, sluice.ErrQueueFull) {
+			t.Fatalf("err %v", err)
+		}
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodDelete, s.srv.URL, nil)
+		if _, err := c.Do(req); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			t.Fatalf("err %v", err)
+		}
+		if s.requests() != 1 {
+			t.Fatalf("refused requests reached the server: %d", s.requests())
+		}
+	})
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"0": 0, "120": 2 * time.Minute, " 7 ": 7 * time.Second,
+		"Sun, 29 Nov 2026 12:00:30 GMT":  30 * time.Second,
+		"Sunday, 29-Nov-26 12:01:00 GMT": time.Minute,
+		"Sun Nov 29 12:00:05 2026":       5 * time.Second,
+		"Sun, 29 Nov 2026 11:00:00 GMT":  0, // in the past
+	} {
+		if got, ok := httplimit.ParseRetryAfter(v, now); !ok || got != want {
+			t.Errorf("%q: %v %v, want %v", v, got, ok, want)
+		}
+	}
+	for _, v := range []string{"", "-1", "1.5", "soon", "0x10", "12s", "Sun, 99 Nov 2026 12:00:30 GMT"} {
+		if got, ok := httplimit.ParseRetryAfter(v, now); ok {
+			t.Errorf("%q accepted as %v", v, got)
+		}
+	}
+}
+
+func TestParseRateLimitField(t *testing.T) {
+	items, ok := httplimit.ParseRateLimitField(`"default";r=0;t=30, daily;r=12;t=3600;x="a,b;c"`)
+	if !ok || len(items) != 2 || items[0].Policy != "default" || items[0].Params["t"] != "30" ||
+		items[1].Policy != "daily" || items[1].Params["x"] != "a,b;c" {
+		t.Fatalf("%+v %v", items, ok)
+	}
+	for _, v := range []string{"", ",", `"unterminated;r=0`, `a b;r=1`, `"x";=3`} {
+		if items, ok := httplimit.ParseRateLimitField(v); ok {
+			t.Errorf("%q parsed as %+v", v, items)
+		}
+	}
+}
+
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range []string{"120", "Sun, 29 Nov 2026 12:00:30 GMT", "-1", "99999999999999999999999"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		if d, ok := httplimit.ParseRetryAfter(v, now); ok && d < 0 {
+			t.Fatalf("%q gave a negative wait %v", v, d)
+		}
+	})
+}
+
+func FuzzRetryHint(f *testing.F) {
+	f.Add("3", `"default";r=0;t=30`, "0", "5")
+	f.Add("", `"a";r=0;t=99999999999999999, "b";r=1`, "x", "")
+	f.Fuzz(func(t *testing.T, retryAfter, rateLimit, remaining, reset string) {
+		h := http.Header{}
+		h.Set("Retry-After", retryAfter)
+		h.Set("RateLimit", rateLimit)
+		h.Set("RateLimit-Remaining", remaining)
+		h.Set("RateLimit-Reset", reset)
+		d, ok := httplimit.RetryHint(h, time.Now(), time.Hour)
+		if ok && (d < 0 || d > time.Hour) {
+			t.Fatalf("hint %v outside [0, 1h]", d)
+		}
+		httplimit.ParseRateLimitField(rateLimit)
+	})
+}
