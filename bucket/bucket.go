@@ -430,6 +430,38 @@ func (r *Reservation) settleAt(d, actual int64) error {
 	return nil
 }
 
+// Receipt records tokens taken by Take, so that Undo can give them back.
+// The zero Receipt records nothing.
+type Receipt struct {
+	cost  int64
+	until int64 // ns since t0 before which the tokens are not yet refilled
+}
+
+// Take is Allow that also returns a receipt for the tokens taken (when
+// admitted with a cost above 0). It does not allocate.
+func (b *Bucket) Take(cost int64) (sluice.Decision, Receipt, error) {
+	d := b.now()
+	dec, err := b.decide(d, cost)
+	if err != nil || !dec.Allowed || cost == 0 {
+		return dec, Receipt{}, err
+	}
+	return dec, Receipt{cost: cost, until: d + int64(dec.ResetAfter)}, nil
+}
+
+// Undo gives back the tokens of a receipt exactly, as if never taken,
+// provided they are not yet refilled (the decision's time plus its
+// ResetAfter): until then no later decision can have found the bucket full.
+// After that the tokens count as spent and Undo does nothing, so it can
+// never create credit. It reports whether it gave the tokens back. Undo a
+// receipt once.
+func (b *Bucket) Undo(r Receipt) bool {
+	if r.cost <= 0 || b.now() >= r.until {
+		return false
+	}
+	b.adjust(-r.cost)
+	return true
+}
+
 // adjust adds delta tokens' worth of units to the state (negative: return).
 func (b *Bucket) adjust(delta int64) {
 	for {

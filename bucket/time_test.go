@@ -415,3 +415,26 @@ func TestRealClock(t *testing.T) {
 		t.Fatal("no refill on the real clock")
 	}
 }
+
+func TestTakeUndo(t *testing.T) {
+	b, c := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
+	d, r, err := b.Take(4)
+	if err != nil || !d.Allowed || d.ResetAfter != 4*time.Second {
+		t.Fatalf("take: %+v %v", d, err)
+	}
+	c.Advance(3 * time.Second)
+	if !b.Undo(r) || b.Tokens() != 10 {
+		t.Fatalf("undo within the refill: tokens %v", b.Tokens())
+	}
+	_, r2, _ := b.Take(4)
+	c.Advance(4 * time.Second) // refilled: undoing now would mint
+	if b.Undo(r2) || b.Tokens() != 10 {
+		t.Fatalf("late undo: tokens %v", b.Tokens())
+	}
+	if d, r3, _ := b.Take(11); d.Allowed || b.Undo(r3) {
+		t.Fatal("refused take gave a usable receipt")
+	}
+	if b.Undo(bucket.Receipt{}) {
+		t.Fatal("zero receipt undone")
+	}
+}

@@ -495,29 +495,40 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// Fast path: nobody ahead, no pause, a slot: tokens now or not. When
-	// only a slot is missing, yield a few times first: on a busy machine a
-	// slot's holder is often a goroutine preempted between admission and
-	// release, and queueing behind it would turn every later caller into a
-	// waiter (a convoy) for nothing.
+	// Fast path: nobody ahead, no pause, a slot: tokens now or not. The
+	// tokens are taken before the slot so that a slot is held only while
+	// the call runs. When only a slot is missing, yield a few times first:
+	// on a busy machine its holder is often a goroutine preempted before
+	// releasing it, and queueing behind it would turn every later caller
+	// into a waiter (a convoy) for nothing.
 	for spin := 0; spin < 3 && g.queued.Load() == 0 && !g.paused.Load(); spin++ {
-		if !g.takeSlot() {
+		if g.cfg.MaxInFlight > 0 && g.inFlight.Load() >= int64(g.cfg.MaxInFlight) {
 			runtime.Gosched()
 			continue
 		}
 		if wantRes {
-			if r, err := g.b.Reserve(cost, 0); err == nil {
+			r, err := g.b.Reserve(cost, 0)
+			if err != nil {
+				break // no tokens now: queue
+			}
+			if g.takeSlot() {
 				g.countAdmitted(attempt)
 				g.observe("admitted", "", cost, attempt, 0)
 				return r, nil
 			}
-		} else if d, _ := g.b.Allow(cost); d.Allowed {
+			r.Cancel() // lost the last slot to another caller: exact refund
+			continue
+		}
+		d, receipt, _ := g.b.Take(cost)
+		if !d.Allowed {
+			break
+		}
+		if g.takeSlot() {
 			g.countAdmitted(attempt)
 			g.observe("admitted", "", cost, attempt, 0)
 			return nil, nil
 		}
-		g.release()
-		break
+		g.b.Undo(receipt)
 	}
 	g.mu.Lock()
 	now := g.now()
