@@ -143,10 +143,24 @@ func (b *Bucket) AllowAt(now time.Time, cost int64) (sluice.Decision, error) {
 
 func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 	for {
-		ep := b.ep.Load()
+		ep, at, tat := b.snapshot(d)
 		if cost < 0 || cost > ep.p.limit.Capacity {
 			return sluice.Decision{}, costError(cost, ep.p.limit.Capacity)
 		}
+		nt, dec := ep.p.Step(tat, at, cost)
+		if nt == tat || ep.tat.CompareAndSwap(tat, nt) {
+			return dec, nil
+		}
+	}
+}
+
+// snapshot returns the current epoch, the instant of d in it and its state,
+// first rebasing or re-anchoring the epoch when d is outside its range and
+// waiting out a concurrent epoch change. The caller applies its transition
+// with a CAS on the epoch's state and calls snapshot again if that fails.
+func (b *Bucket) snapshot(d int64) (*epoch, Instant, int64) {
+	for {
+		ep := b.ep.Load()
 		dn := d - ep.origin
 		if dn < 0 || dn > ep.p.maxElap {
 			if b.fixEpoch(ep, d) {
@@ -159,10 +173,7 @@ func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 			b.awaitEpoch()
 			continue
 		}
-		nt, dec := ep.p.Step(tat, Instant{dn, ep.phase}, cost)
-		if nt == tat || ep.tat.CompareAndSwap(tat, nt) {
-			return dec, nil
-		}
+		return ep, Instant{dn, ep.phase}, tat
 	}
 }
 
@@ -298,23 +309,11 @@ func (b *Bucket) ReserveAt(now time.Time, cost int64, maxWait time.Duration) (*R
 
 func (b *Bucket) reserve(d, cost int64, maxWait time.Duration) (*Reservation, error) {
 	for {
-		ep := b.ep.Load()
+		ep, at, tat := b.snapshot(d)
 		if cost < 0 || cost > ep.p.limit.Capacity {
 			return nil, costError(cost, ep.p.limit.Capacity)
 		}
-		dn := d - ep.origin
-		if dn < 0 || dn > ep.p.maxElap {
-			if b.fixEpoch(ep, d) {
-				continue
-			}
-			dn = 0
-		}
-		tat := ep.tat.Load()
-		if tat == frozen {
-			b.awaitEpoch()
-			continue
-		}
-		nt, wait, ok := ep.p.Reserve(tat, Instant{dn, ep.phase}, cost, max(maxWait, 0))
+		nt, wait, ok := ep.p.Reserve(tat, at, cost, max(maxWait, 0))
 		if !ok {
 			return nil, sluice.Errorf(sluice.ErrWaitTooLong, "cost %d would wait %v, more than the maximum %v", cost, wait, max(maxWait, 0))
 		}
@@ -480,20 +479,8 @@ func (b *Bucket) adjust(delta int64) {
 // charge takes n tokens at d whatever the bucket holds, going into debt.
 func (b *Bucket) charge(d, n int64) {
 	for {
-		ep := b.ep.Load()
-		dn := d - ep.origin
-		if dn < 0 || dn > ep.p.maxElap {
-			if b.fixEpoch(ep, d) {
-				continue
-			}
-			dn = 0
-		}
-		tat := ep.tat.Load()
-		if tat == frozen {
-			b.awaitEpoch()
-			continue
-		}
-		if ep.tat.CompareAndSwap(tat, ep.p.Charge(tat, Instant{dn, ep.phase}, n)) {
+		ep, at, tat := b.snapshot(d)
+		if ep.tat.CompareAndSwap(tat, ep.p.Charge(tat, at, n)) {
 			return
 		}
 	}
