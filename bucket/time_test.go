@@ -438,3 +438,34 @@ func TestTakeUndo(t *testing.T) {
 		t.Fatal("zero receipt undone")
 	}
 }
+
+// Reserve, Delay and Cancel on the default (monotonic) clock, in virtual
+// time.
+func TestReserveDelayCancelSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := bucket.New(bucket.Limit{Capacity: 4, Rate: 2}, bucket.StartEmpty())
+		r1, err := b.Reserve(2, time.Minute)
+		if err != nil || r1.Delay() != time.Second {
+			t.Fatalf("r1: %v %v", r1.Delay(), err)
+		}
+		r2, _ := b.Reserve(4, time.Minute)
+		if r2.Delay() != 3*time.Second {
+			t.Fatalf("r2 behind r1: %v", r2.Delay())
+		}
+		time.Sleep(500 * time.Millisecond)
+		if r1.Delay() != 500*time.Millisecond {
+			t.Fatalf("r1 after 0.5 s: %v", r1.Delay())
+		}
+		r1.Cancel() // returns 2 exactly: the bucket owes 4 - 1 = 3 tokens
+		if got := b.Tokens(); got != -3 {
+			t.Fatalf("tokens %v, want -3", got)
+		}
+		time.Sleep(r2.Delay()) // r2 keeps its time (3 s); r1's tokens came back
+		if d, _ := b.Allow(0); !d.Allowed || d.Remaining != 2 || b.Tokens() != 2 {
+			t.Fatalf("at r2's time: %+v, tokens %v", d, b.Tokens())
+		}
+		if _, err := b.Reserve(3, time.Second); !errors.Is(err, sluice.ErrWaitTooLong) {
+			t.Fatalf("over max wait: %v", err)
+		}
+	})
+}

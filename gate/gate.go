@@ -218,6 +218,10 @@ func (g *Gate) Stats() Stats {
 		RejectedCost: c.badCost.Load(), Canceled: c.canceled.Load(),
 		Queued: int(g.queued.Load()), InFlight: int(g.inFlight.Load()), Tokens: g.b.Tokens(),
 	}
+	s.Rejected = map[string]uint64{
+		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,
+		"cost_exceeds_capacity": s.RejectedCost, "canceled": s.Canceled,
+	}
 	g.mu.Lock()
 	if g.pausedUntil.After(g.now()) {
 		s.PausedUntil = g.pausedUntil

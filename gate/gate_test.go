@@ -123,7 +123,7 @@ func TestPulseWithCappedQueue(t *testing.T) {
 				t.Fatalf("a refusal came at %v, not at once", at)
 			}
 		}
-		if st := g.Stats(); st.RejectedQueueFull != 880 {
+		if st := g.Stats(); st.RejectedQueueFull != 880 || st.Rejected["queue_full"] != 880 {
 			t.Fatalf("stats %+v", st)
 		}
 	})
