@@ -464,7 +464,7 @@ func TestReserveDelayCancelSynctest(t *testing.T) {
 		if d, _ := b.Allow(0); !d.Allowed || d.Remaining != 2 || b.Tokens() != 2 {
 			t.Fatalf("at r2's time: %+v, tokens %v", d, b.Tokens())
 		}
-		if _, err := b.Reserve(3, time.Second); !errors.Is(err, sluice.ErrWaitTooLong) {
+		if _, err := b.Reserve(4, 500*time.Millisecond); !errors.Is(err, sluice.ErrWaitTooLong) { // needs 1 s
 			t.Fatalf("over max wait: %v", err)
 		}
 	})
