@@ -106,12 +106,16 @@ type Stats struct {
 	// Rejections by reason.
 	RejectedQueueFull   uint64
 	RejectedWaitTooLong uint64
-	RejectedCost        uint64    // cost above capacity or negative
-	Canceled            uint64    // waiters whose context ended
-	Queued              int       // callers waiting now
-	InFlight            int       // calls admitted and not finished now
-	PausedUntil         time.Time // zero unless a server hint pauses the gate
-	Tokens              float64   // tokens in the bucket now (negative: booked by waiters)
+	RejectedCost        uint64 // cost above capacity or negative
+	Canceled            uint64 // waiters whose context ended
+	// Rejected is the same refusals keyed by Event.Reason ("queue_full",
+	// "wait_too_long", "cost_exceeds_capacity" with "invalid_cost",
+	// "canceled").
+	Rejected    map[string]uint64
+	Queued      int       // callers waiting now
+	InFlight    int       // calls admitted and not finished now
+	PausedUntil time.Time // zero unless a server hint pauses the gate
+	Tokens      float64   // tokens in the bucket now (negative: booked by waiters)
 }
 
 // Gate admits calls; see the package documentation. It is safe for
