@@ -1,0 +1,711 @@
+// Package policy loads sluice's policy file: the keyed, scoped limits a
+// request is subject to and the cost of each request class (SPEC section
+// 4). The format is YAML:
+//
+//	limits:
+//	  - name: global                 # unique; used in responses, logs and metrics
+//	    key: "global"                # bucket key template; {x} is the request's descriptor x
+//	    capacity: 1000               # token bucket B
+//	    refill_per_second: 500       # token bucket r (or refill: "100/m", "1/h", "5/s", "2/d")
+//	  - name: tenant_export
+//	    key: "tenant:{tenant}:route:{route}"
+//	    when: {route: "/export"}     # applies only when these descriptors match exactly
+//	    capacity: 60
+//	    refill_per_second: 1
+//	  - name: user_daily
+//	    key: "user:{user}"
+//	    algorithm: sliding_window    # token_bucket (default) | sliding_window
+//	    limit: 10000
+//	    window: 24h
+//	  - name: tool_calls
+//	    key: "api_key:{api_key}"
+//	    max_in_flight: 5             # concurrency limit (held until released or its lease expires)
+//	    lease_ttl: 30s
+//	costs:                           # optional cost per request class; a request's own cost wins
+//	  - when: {route: "/export"}
+//	    cost: 20
+//
+// A limit applies to a request when every {placeholder} of its key is among
+// the request's descriptors and its when matches. Errors name the line, the
+// limit and the field.
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/window"
+)
+
+// Kind is what a limit counts.
+type Kind int
+
+const (
+	// TokenBucket is a token bucket (capacity, refill).
+	TokenBucket Kind = iota
+	// SlidingWindow is a sliding-window counter (limit per window).
+	SlidingWindow
+	// Concurrency caps requests held at once (max_in_flight, lease_ttl).
+	Concurrency
+)
+
+func (k Kind) String() string {
+	switch k {
+	case TokenBucket:
+		return "token_bucket"
+	case SlidingWindow:
+		return "sliding_window"
+	case Concurrency:
+		return "concurrency"
+	}
+	return "unknown"
+}
+
+// Limit is one limit of a policy.
+type Limit struct {
+	Name string
+	Key  string            // the key template, e.g. "tenant:{tenant}"
+	When map[string]string // descriptors that must match exactly
+	Kind Kind
+
+	Bucket      bucket.Limit  // TokenBucket: capacity and refill per second
+	StartEmpty  bool          // TokenBucket: a new key starts empty (start_empty: true)
+	Window      window.Limit  // SlidingWindow: limit per window
+	MaxInFlight int64         // Concurrency
+	LeaseTTL    time.Duration // Concurrency: a lease not released expires after this
+
+	// OnStoreError overrides the server's choice when the store fails
+	// ("fail_open", "fail_closed", "local"); empty means the server's.
+	OnStoreError string
+
+	// Line is where the limit starts in the file.
+	Line int
+
+	params []keyPart
+	placeh []string
+}
+
+// Capacity is the largest cost one request can have under l: the bucket's
+// capacity or the window's limit. A concurrency limit counts requests, not
+// cost (each holds one slot), so its capacity is its max_in_flight.
+func (l *Limit) Capacity() int64 {
+	switch l.Kind {
+	case TokenBucket:
+		return l.Bucket.Capacity
+	case SlidingWindow:
+		return l.Window.Limit
+	}
+	return l.MaxInFlight
+}
+
+// Placeholders returns the descriptor names the key template uses.
+func (l *Limit) Placeholders() []string { return l.placeh }
+
+type keyPart struct {
+	lit  string
+	name string // placeholder when set
+}
+
+// CostRule gives the cost of requests whose descriptors match When.
+type CostRule struct {
+	When map[string]string
+	Cost int64
+	Line int
+}
+
+// Policy is a loaded, validated policy. It is immutable.
+type Policy struct {
+	Limits []*Limit
+	Costs  []CostRule
+	// Version is a hash of the file's content (sha256, first 16 hex digits).
+	Version string
+	// Source is the file's text.
+	Source []byte
+}
+
+// Error is a validation error with its position.
+type Error struct {
+	Line, Column int
+	Limit        string // the limit's name, when known
+	Field        string
+	Msg          string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "line %d", e.Line)
+	if e.Column > 0 {
+		fmt.Fprintf(&b, ", column %d", e.Column)
+	}
+	if e.Limit != "" {
+		fmt.Fprintf(&b, ": limit %q", e.Limit)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": field %q", e.Field)
+	}
+	return b.String() + ": " + e.Msg
+}
+
+// Errors is every validation error of a file, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return "policy: " + strings.Join(s, "; ")
+}
+
+// ErrInvalid is matched (errors.Is) by every error Load and Parse return.
+var ErrInvalid = errors.New("invalid policy")
+
+func (es Errors) Is(target error) bool { return target == ErrInvalid }
+
+// Load reads and parses the policy file at path.
+func Load(path string) (*Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return Parse(b)
+}
+
+// MaxFileSize bounds a policy file (1 MiB).
+const MaxFileSize = 1 << 20
+
+// Parse parses and validates a policy. On error it returns Errors, which
+// lists every problem with its line (and matches ErrInvalid).
+func Parse(src []byte) (*Policy, error) {
+	if len(src) > MaxFileSize {
+		return nil, Errors{{Line: 1, Msg: fmt.Sprintf("file of %d bytes exceeds the maximum %d", len(src), MaxFileSize)}}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		return nil, Errors{yamlError(err)}
+	}
+	p := &Policy{Source: append([]byte(nil), src...)}
+	sum := sha256.Sum256(src)
+	p.Version = hex.EncodeToString(sum[:8])
+	v := &validator{}
+	if len(doc.Content) == 0 {
+		v.add(&Error{Line: 1, Msg: "empty policy: it needs a limits list"})
+		return nil, v.errs
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		v.at(root, "", "", "the policy must be a mapping with a limits list")
+		return nil, v.errs
+	}
+	seenLimits := false
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, val := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "limits":
+			seenLimits = true
+			if val.Kind != yaml.SequenceNode {
+				v.at(val, "", "limits", "must be a list")
+				continue
+			}
+			for _, n := range val.Content {
+				if l := v.limit(n); l != nil {
+					p.Limits = append(p.Limits, l)
+				}
+			}
+		case "costs":
+			if val.Kind != yaml.SequenceNode {
+				v.at(val, "", "costs", "must be a list")
+				continue
+			}
+			for _, n := range val.Content {
+				if c, ok := v.cost(n); ok {
+					p.Costs = append(p.Costs, c)
+				}
+			}
+		default:
+			v.at(k, "", k.Value, "unknown field (want limits, costs)")
+		}
+	}
+	if !seenLimits {
+		v.add(&Error{Line: root.Line, Column: root.Column, Msg: "missing limits list"})
+	}
+	names := map[string]int{}
+	for _, l := range p.Limits {
+		if prev, dup := names[l.Name]; dup {
+			v.add(&Error{Line: l.Line, Limit: l.Name, Field: "name", Msg: fmt.Sprintf("duplicate name (first at line %d)", prev)})
+		}
+		names[l.Name] = l.Line
+	}
+	for _, c := range p.Costs {
+		for _, l := range p.Limits {
+			if l.Kind != Concurrency && c.Cost > l.Capacity() && compatible(c.When, l.When) {
+				v.add(&Error{Line: c.Line, Field: "cost", Msg: fmt.Sprintf(
+					"cost %d exceeds the capacity %d of limit %q (line %d) that applies to the same requests: they could never be admitted",
+					c.Cost, l.Capacity(), l.Name, l.Line)})
+			}
+		}
+	}
+	if len(v.errs) > 0 {
+		sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].Line < v.errs[j].Line })
+		return nil, v.errs
+	}
+	return p, nil
+}
+
+// compatible reports whether two when-sets can both match one request.
+func compatible(a, b map[string]string) bool {
+	for k, va := range a {
+		if vb, ok := b[k]; ok && va != vb {
+			return false
+		}
+	}
+	return true
+}
+
+func yamlError(err error) *Error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	line := 1
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ":"); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, msg = l, strings.TrimSpace(tail)
+			}
+		}
+	}
+	return &Error{Line: line, Msg: "YAML: " + msg}
+}
+
+type validator struct{ errs Errors }
+
+func (v *validator) add(e *Error) { v.errs = append(v.errs, e) }
+
+func (v *validator) at(n *yaml.Node, limit, field, msg string) {
+	v.add(&Error{Line: n.Line, Column: n.Column, Limit: limit, Field: field, Msg: msg})
+}
+
+func (v *validator) limit(n *yaml.Node) *Limit {
+	if n.Kind != yaml.MappingNode {
+		v.at(n, "", "", "a limit must be a mapping")
+		return nil
+	}
+	l := &Limit{Line: n.Line}
+	fields := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Value == "name" {
+			l.Name = val.Value
+		}
+		if _, dup := fields[k.Value]; dup {
+			v.at(k, "", k.Value, "given twice")
+		}
+		fields[k.Value] = val
+	}
+	name := l.Name
+	errs := len(v.errs)
+	bad := func(field, format string, args ...any) {
+		node := fields[field]
+		if node == nil {
+			node = n
+		}
+		v.at(node, name, field, fmt.Sprintf(format, args...))
+	}
+	str := func(field string) (string, bool) {
+		node := fields[field]
+		if node == nil {
+			return "", false
+		}
+		if node.Kind != yaml.ScalarNode {
+			bad(field, "must be a scalar")
+			return "", false
+		}
+		return node.Value, true
+	}
+	integer := func(field string) (int64, bool) {
+		s, ok := str(field)
+		if !ok {
+			return 0, false
+		}
+		x, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
+		if err != nil {
+			bad(field, "%q is not a whole number", s)
+			return 0, false
+		}
+		return x, true
+	}
+	duration := func(field string) (time.Duration, bool) {
+		s, ok := str(field)
+		if !ok {
+			return 0, false
+		}
+		d, err := parseDuration(s)
+		if err != nil {
+			bad(field, "%v", err)
+			return 0, false
+		}
+		return d, true
+	}
+	allowed := map[string]bool{"name": true, "key": true, "when": true, "algorithm": true, "on_store_error": true}
+	if name == "" {
+		bad("name", "missing or empty name")
+	}
+	key, ok := str("key")
+	if !ok || key == "" {
+		bad("key", "missing or empty key template")
+	} else if parts, ph, err := parseKey(key); err != nil {
+		bad("key", "%v", err)
+	} else {
+		l.Key, l.params, l.placeh = key, parts, ph
+	}
+	if w := fields["when"]; w != nil {
+		l.When = v.stringMap(w, name, "when")
+	}
+	algo, _ := str("algorithm")
+	_, hasInFlight := fields["max_in_flight"]
+	switch {
+	case hasInFlight:
+		l.Kind = Concurrency
+		if algo != "" {
+			bad("algorithm", "a max_in_flight limit takes no algorithm")
+		}
+	case algo == "" || algo == "token_bucket":
+		l.Kind = TokenBucket
+	case algo == "sliding_window":
+		l.Kind = SlidingWindow
+	default:
+		bad("algorithm", "unknown algorithm %q (want token_bucket or sliding_window)", algo)
+	}
+	switch l.Kind {
+	case TokenBucket:
+		for _, f := range []string{"capacity", "refill_per_second", "refill", "start_empty"} {
+			allowed[f] = true
+		}
+		c, ok := integer("capacity")
+		if !ok && fields["capacity"] == nil {
+			bad("capacity", "missing capacity")
+		}
+		_, hasRate := fields["refill_per_second"]
+		_, hasRefill := fields["refill"]
+		var rate float64
+		switch {
+		case hasRate && hasRefill:
+			bad("refill", "give refill_per_second or refill, not both")
+		case hasRate:
+			s, _ := str("refill_per_second")
+			r, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				bad("refill_per_second", "%q is not a number", s)
+			}
+			rate = r
+		case hasRefill:
+			s, _ := str("refill")
+			r, err := ParseRate(s)
+			if err != nil {
+				bad("refill", "%v", err)
+			}
+			rate = r
+		default:
+			bad("refill_per_second", "missing refill_per_second (or refill)")
+		}
+		if ok && (hasRate || hasRefill) && len(v.errs) == errs {
+			l.Bucket = bucket.Limit{Capacity: c, Rate: rate}
+			if err := l.Bucket.Validate(); err != nil {
+				field := "refill_per_second"
+				if c < 1 || strings.Contains(err.Error(), "capacity") {
+					field = "capacity"
+				}
+				if hasRefill && field != "capacity" {
+					field = "refill"
+				}
+				bad(field, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
+			}
+		}
+		if s, ok := str("start_empty"); ok {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				bad("start_empty", "%q is not true or false", s)
+			}
+			l.StartEmpty = b
+		}
+	case SlidingWindow:
+		allowed["limit"], allowed["window"] = true, true
+		n, ok1 := integer("limit")
+		if fields["limit"] == nil {
+			bad("limit", "missing limit")
+		}
+		w, ok2 := duration("window")
+		if fields["window"] == nil {
+			bad("window", "missing window")
+		}
+		if ok1 && ok2 {
+			l.Window = window.Limit{Limit: n, Window: w}
+			if n < 1 {
+				bad("limit", "limit %d must be at least 1", n)
+			}
+			if w <= 0 {
+				bad("window", "window %v must be positive", w)
+			}
+		}
+	case Concurrency:
+		allowed["max_in_flight"], allowed["lease_ttl"] = true, true
+		m, ok := integer("max_in_flight")
+		if ok && m < 1 {
+			bad("max_in_flight", "max_in_flight %d must be at least 1", m)
+		}
+		l.MaxInFlight = m
+		ttl, ok := duration("lease_ttl")
+		switch {
+		case fields["lease_ttl"] == nil:
+			bad("lease_ttl", "missing lease_ttl (how long an unreleased lease holds its slot)")
+		case ok && ttl <= 0:
+			bad("lease_ttl", "lease_ttl %v must be positive", ttl)
+		}
+		l.LeaseTTL = ttl
+	}
+	if s, ok := str("on_store_error"); ok {
+		switch s {
+		case "fail_open", "fail_closed", "local":
+			l.OnStoreError = s
+		default:
+			bad("on_store_error", "%q is not fail_open, fail_closed or local", s)
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !allowed[k.Value] {
+			v.at(k, name, k.Value, fmt.Sprintf("unknown field for a %s limit", l.Kind))
+		}
+	}
+	if len(v.errs) > errs {
+		return nil
+	}
+	for k := range l.When {
+		if !validName(k) {
+			bad("when", "descriptor name %q must be letters, digits, _ or -", k)
+		}
+	}
+	return l
+}
+
+func (v *validator) stringMap(n *yaml.Node, limit, field string) map[string]string {
+	if n.Kind != yaml.MappingNode {
+		v.at(n, limit, field, "must be a mapping of descriptor: value")
+		return nil
+	}
+	m := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if val.Kind != yaml.ScalarNode {
+			v.at(val, limit, field, fmt.Sprintf("value of %q must be a scalar", k.Value))
+			continue
+		}
+		m[k.Value] = val.Value
+	}
+	return m
+}
+
+func (v *validator) cost(n *yaml.Node) (CostRule, bool) {
+	c := CostRule{Line: n.Line}
+	if n.Kind != yaml.MappingNode {
+		v.at(n, "", "costs", "a cost rule must be a mapping with when and cost")
+		return c, false
+	}
+	errs := len(v.errs)
+	hasCost := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		switch k.Value {
+		case "when":
+			c.When = v.stringMap(val, "", "when")
+		case "cost":
+			hasCost = true
+			x, err := strconv.ParseInt(val.Value, 10, 64)
+			if err != nil || val.Kind != yaml.ScalarNode {
+				v.at(val, "", "cost", fmt.Sprintf("%q is not a whole number", val.Value))
+			} else if x < 1 {
+				v.at(val, "", "cost", fmt.Sprintf("cost %d must be at least 1", x))
+			}
+			c.Cost = x
+		default:
+			v.at(k, "", k.Value, "unknown field in a cost rule (want when, cost)")
+		}
+	}
+	if !hasCost {
+		v.at(n, "", "cost", "missing cost")
+	}
+	if len(c.When) == 0 && len(v.errs) == errs {
+		v.at(n, "", "when", "a cost rule needs a non-empty when")
+	}
+	return c, len(v.errs) == errs
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseKey splits a key template into literals and placeholders.
+func parseKey(t string) ([]keyPart, []string, error) {
+	var parts []keyPart
+	var names []string
+	for t != "" {
+		i := strings.IndexAny(t, "{}")
+		if i < 0 {
+			parts = append(parts, keyPart{lit: t})
+			break
+		}
+		if t[i] == '}' {
+			return nil, nil, fmt.Errorf("unbalanced } in key template")
+		}
+		if i > 0 {
+			parts = append(parts, keyPart{lit: t[:i]})
+		}
+		j := strings.IndexByte(t[i:], '}')
+		if j < 0 {
+			return nil, nil, fmt.Errorf("unclosed { in key template")
+		}
+		name := t[i+1 : i+j]
+		if !validName(name) {
+			return nil, nil, fmt.Errorf("placeholder {%s} must be a descriptor name (letters, digits, _ - .)", name)
+		}
+		parts = append(parts, keyPart{name: name})
+		names = append(names, name)
+		t = t[i+j+1:]
+	}
+	return parts, names, nil
+}
+
+// Match reports whether l applies to a request with these descriptors and,
+// if so, returns its bucket key: the template with each placeholder
+// replaced by the descriptor's value (with "%" and ":" escaped, so that
+// distinct descriptor sets never share a key).
+func (l *Limit) Match(desc map[string]string) (string, bool) {
+	if !matches(l.When, desc) {
+		return "", false
+	}
+	var b strings.Builder
+	for _, p := range l.params {
+		if p.name == "" {
+			b.WriteString(p.lit)
+			continue
+		}
+		val, ok := desc[p.name]
+		if !ok {
+			return "", false
+		}
+		escapeTo(&b, val)
+	}
+	return b.String(), true
+}
+
+func escapeTo(b *strings.Builder, s string) {
+	if !strings.ContainsAny(s, "%:") {
+		b.WriteString(s)
+		return
+	}
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '%':
+			b.WriteString("%25")
+		case ':':
+			b.WriteString("%3A")
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+}
+
+// Cost returns the cost of a request with these descriptors: the first
+// matching cost rule's, else 1.
+func (p *Policy) Cost(desc map[string]string) int64 {
+	for _, c := range p.Costs {
+		if matches(c.When, desc) {
+			return c.Cost
+		}
+	}
+	return 1
+}
+
+func matches(when, desc map[string]string) bool {
+	for k, want := range when {
+		got, ok := desc[k]
+		if !ok || got != want {
+			return false
+		}
+	}
+	return true
+}
+
+// Limit returns the limit named name, or nil.
+func (p *Policy) Limit(name string) *Limit {
+	for _, l := range p.Limits {
+		if l.Name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// ParseRate parses a refill rate written as "N/unit": unit s (or sec,
+// second), m (min, minute), h (hour), d (day); N may be fractional.
+func ParseRate(s string) (float64, error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, fmt.Errorf("refill %q must look like 100/m", s)
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+		return 0, fmt.Errorf("refill %q: %q is not a number", s, num)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("refill %q must be positive", s)
+	}
+	var per float64
+	switch strings.TrimSpace(unit) {
+	case "s", "sec", "second":
+		per = 1
+	case "m", "min", "minute":
+		per = 60
+	case "h", "hour":
+		per = 3600
+	case "d", "day":
+		per = 86400
+	default:
+		return 0, fmt.Errorf("refill %q: unknown unit %q (want s, m, h or d)", s, unit)
+	}
+	return n / per, nil
+}
+
+// parseDuration accepts Go durations (90s, 1h30m) and whole days (7d).
+func parseDuration(s string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(d, 10, 64)
+		if err != nil || n < 0 || n > 100_000 {
+			return 0, fmt.Errorf("%q is not a duration", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (like 30s, 24h, 7d)", s)
+	}
+	return d, nil
+}
