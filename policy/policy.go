@@ -79,8 +79,7 @@ type Limit struct {
 	When map[string]string // descriptors that must match exactly
 	Kind Kind
 
-	Bucket      bucket.Limit  // TokenBucket: capacity and refill per second
-	StartEmpty  bool          // TokenBucket: a new key starts empty (start_empty: true)
+	Bucket      bucket.Limit  // TokenBucket: capacity and refill per second (a new key starts full)
 	Window      window.Limit  // SlidingWindow: limit per window
 	MaxInFlight int64         // Concurrency
 	LeaseTTL    time.Duration // Concurrency: a lease not released expires after this
@@ -388,7 +387,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 	}
 	switch l.Kind {
 	case TokenBucket:
-		for _, f := range []string{"capacity", "refill_per_second", "refill", "start_empty"} {
+		for _, f := range []string{"capacity", "refill_per_second", "refill"} {
 			allowed[f] = true
 		}
 		c, ok := integer("capacity")
@@ -430,13 +429,6 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 				}
 				bad(field, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
 			}
-		}
-		if s, ok := str("start_empty"); ok {
-			b, err := strconv.ParseBool(s)
-			if err != nil {
-				bad("start_empty", "%q is not true or false", s)
-			}
-			l.StartEmpty = b
 		}
 	case SlidingWindow:
 		allowed["limit"], allowed["window"] = true, true

@@ -1,0 +1,379 @@
+// Package memstore is the in-process store.Store: sharded maps, one mutex
+// per shard (held only for the transitions, never across I/O), idle keys
+// evicted, and a hard cap on keys.
+//
+// Eviction changes no decision: a key is evicted only once its state equals
+// a new key's (a full token bucket, a sliding window whose counts have
+// aged out, no live leases). The cap bounds memory against callers that
+// invent keys: when a shard holds its share of the cap and nothing in it is
+// idle, a request needing a new key there is refused with store.ErrFull
+// (fail closed: nothing is taken), and existing keys keep working.
+package memstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/window"
+)
+
+// DefaultMaxKeys is the key cap unless WithMaxKeys sets another.
+const DefaultMaxKeys = 1_000_000
+
+const shardCount = 64
+
+// Option configures New.
+type Option func(*Store)
+
+// WithClock makes the store read time from c (fake clocks in tests and the
+// simulator); the default is the system clock, monotonic for buckets and
+// leases, wall time for window boundaries.
+func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
+
+// WithMaxKeys caps the keys held (buckets, windows and lease sets); n < 1
+// means DefaultMaxKeys.
+func WithMaxKeys(n int) Option {
+	return func(s *Store) {
+		if n >= 1 {
+			s.maxKeys = n
+		}
+	}
+}
+
+// Store is the in-memory store. It is safe for concurrent use.
+type Store struct {
+	clock     sluice.Clock
+	t0        time.Time
+	maxKeys   int
+	perShard  int
+	seed      maphash.Seed
+	leaseBase string
+	leaseSeq  atomic.Uint64
+	keys      atomic.Int64
+	evictions atomic.Uint64
+	closed    atomic.Bool
+	noEvict   bool // tests: keep every key
+	shards    [shardCount]shard
+}
+
+type shard struct {
+	mu     sync.Mutex
+	m      map[string]entry
+	leases map[string]*slots
+	ops    uint32
+	_      [40]byte
+}
+
+// entry is a key's state: for a token bucket (tat, origin, phase), for a
+// sliding window (index, prev, curr); idle is the time (ns since t0) from
+// which the state equals a new key's.
+type entry struct {
+	a, b, c int64
+	idle    int64
+}
+
+type slots struct {
+	ids []string
+	exp []int64 // ns since t0
+}
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.clock != nil {
+		s.t0 = s.clock.Now()
+	} else {
+		s.t0 = time.Now()
+	}
+	s.perShard = max(s.maxKeys/shardCount, 1)
+	var b [8]byte
+	rand.Read(b[:])
+	s.leaseBase = strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36) + "-"
+	for i := range s.shards {
+		s.shards[i].m = map[string]entry{}
+		s.shards[i].leases = map[string]*slots{}
+	}
+	return s
+}
+
+// Stats is a snapshot of the store's size.
+type Stats struct {
+	Keys      int64  // keys held now
+	Evictions uint64 // idle keys evicted so far
+}
+
+// Stats returns the keys held and evictions so far.
+func (s *Store) Stats() Stats { return Stats{Keys: s.keys.Load(), Evictions: s.evictions.Load()} }
+
+// now returns ns since t0 (monotonic) and the wall time in Unix ns.
+func (s *Store) now() (int64, int64) {
+	var t time.Time
+	if s.clock != nil {
+		t = s.clock.Now()
+	} else {
+		t = time.Now()
+	}
+	return int64(t.Sub(s.t0)), t.UnixNano()
+}
+
+func (s *Store) shardOf(key string) int {
+	return int(maphash.String(s.seed, key) & (shardCount - 1))
+}
+
+// Take implements store.Store.
+func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	if s.closed.Load() {
+		return store.Result{}, store.ErrClosed
+	}
+	if err := validate(items); err != nil {
+		return store.Result{}, err
+	}
+	d, wall := s.now()
+	// Lock every shard involved, in ascending order.
+	var idx [8]int
+	sh := idx[:0]
+	for _, it := range items {
+		sh = append(sh, s.shardOf(it.Key))
+	}
+	sort.Ints(sh)
+	locked := sh[:0]
+	for i, x := range sh {
+		if i == 0 || x != sh[i-1] {
+			locked = append(locked, x)
+		}
+	}
+	for _, x := range locked {
+		s.shards[x].mu.Lock()
+	}
+	defer func() {
+		for _, x := range locked {
+			s.shards[x].mu.Unlock()
+		}
+	}()
+
+	res := store.Result{Allowed: true, Decisions: make([]sluice.Decision, len(items))}
+	next := make([]entry, len(items))
+	isNew := make([]bool, len(items))
+	for i, it := range items {
+		shd := &s.shards[s.shardOf(it.Key)]
+		switch it.Spec.Kind {
+		case store.Concurrency:
+			res.Decisions[i] = s.peekSlots(shd, it, d)
+		default:
+			e, ok := shd.m[it.Key]
+			if !ok {
+				if len(shd.m)+len(shd.leases) >= s.perShard && !s.makeRoom(shd, d) {
+					return store.Result{}, fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, it.Key)
+				}
+				isNew[i] = true
+			}
+			next[i], res.Decisions[i] = step(it, e, ok, d, wall)
+		}
+		if !res.Decisions[i].Allowed {
+			res.Allowed = false
+		}
+	}
+	if !res.Allowed {
+		return res, nil
+	}
+	for i, it := range items {
+		shd := &s.shards[s.shardOf(it.Key)]
+		if it.Spec.Kind == store.Concurrency {
+			if it.Cost == 0 {
+				continue
+			}
+			if res.Lease.ID == "" {
+				res.Lease.ID = s.leaseBase + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+			}
+			sl := shd.leases[it.Key]
+			if sl == nil {
+				sl = &slots{}
+				shd.leases[it.Key] = sl
+				s.keys.Add(1)
+			}
+			sl.ids = append(sl.ids, res.Lease.ID)
+			sl.exp = append(sl.exp, d+int64(it.Spec.LeaseTTL))
+			res.Lease.Keys = append(res.Lease.Keys, it.Key)
+			continue
+		}
+		if it.Cost == 0 && isNew[i] {
+			continue // a peek creates nothing
+		}
+		if isNew[i] {
+			s.keys.Add(1)
+		}
+		shd.m[it.Key] = next[i]
+	}
+	for _, x := range locked {
+		s.sweep(&s.shards[x], d)
+	}
+	return res, nil
+}
+
+func validate(items []store.Item) error {
+	for i, it := range items {
+		switch {
+		case it.Key == "" || it.Spec == nil:
+			return fmt.Errorf("%w: item %d has no key or no spec", store.ErrInvalidItem, i)
+		case it.Cost < 0:
+			return fmt.Errorf("%w: %w", store.ErrInvalidItem, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", it.Cost))
+		case it.Spec.Kind != store.Concurrency && it.Cost > it.Spec.Capacity():
+			return fmt.Errorf("%w: %w", store.ErrInvalidItem, sluice.Errorf(sluice.ErrCostExceedsCapacity, "cost %d exceeds capacity %d", it.Cost, it.Spec.Capacity()))
+		}
+		for _, prev := range items[:i] {
+			if prev.Key == it.Key {
+				return fmt.Errorf("%w: key %q given twice", store.ErrInvalidItem, it.Key)
+			}
+		}
+	}
+	return nil
+}
+
+// step applies it to the key's state e (exists tells whether there is one).
+func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
+	sp := it.Spec
+	if sp.Kind == store.SlidingWindow {
+		st := window.SlidingState{Index: math.MinInt64}
+		if exists {
+			st = window.SlidingState{Index: e.a, Prev: e.b, Curr: e.c}
+		}
+		st, dec := sp.Window.Sliding(st, wall, it.Cost)
+		return entry{a: st.Index, b: st.Prev, c: st.Curr, idle: d + int64(dec.ResetAfter)}, dec
+	}
+	tat, origin, phase := store.BucketState(&sp.Bucket, e.a, e.b, uint64(e.c), exists, d)
+	nt, dec := sp.Bucket.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, it.Cost)
+	return entry{a: nt, b: origin, c: int64(phase), idle: d + int64(dec.ResetAfter)}, dec
+}
+
+// peekSlots decides a Concurrency item without taking the slot.
+func (s *Store) peekSlots(shd *shard, it store.Item, d int64) sluice.Decision {
+	sl := shd.leases[it.Key]
+	live := int64(0)
+	var first, last int64 = math.MaxInt64, 0
+	if sl != nil {
+		sl.prune(d)
+		live = int64(len(sl.ids))
+		for _, e := range sl.exp {
+			first, last = min(first, e), max(last, e)
+		}
+	}
+	max := it.Spec.MaxInFlight
+	dec := sluice.Decision{}
+	take := int64(0)
+	if it.Cost > 0 {
+		take = 1
+	}
+	if live+take <= max {
+		dec.Allowed = true
+		dec.Remaining = max - live - take
+		if take > 0 {
+			last = d + int64(it.Spec.LeaseTTL)
+		}
+	} else {
+		dec.Remaining = 0
+		dec.RetryAfter = time.Duration(first - d)
+	}
+	if last > d {
+		dec.ResetAfter = time.Duration(last - d)
+	}
+	return dec
+}
+
+func (sl *slots) prune(d int64) {
+	j := 0
+	for i := range sl.ids {
+		if sl.exp[i] > d {
+			sl.ids[j], sl.exp[j] = sl.ids[i], sl.exp[i]
+			j++
+		}
+	}
+	sl.ids, sl.exp = sl.ids[:j], sl.exp[:j]
+}
+
+// sweep evicts a few idle keys of a shard every 32 operations.
+func (s *Store) sweep(shd *shard, d int64) {
+	shd.ops++
+	if shd.ops%32 != 0 {
+		return
+	}
+	s.evict(shd, d, 16)
+}
+
+// makeRoom evicts idle keys from a full shard; it reports whether there is
+// room for one more.
+func (s *Store) makeRoom(shd *shard, d int64) bool {
+	s.evict(shd, d, 256)
+	return len(shd.m)+len(shd.leases) < s.perShard
+}
+
+func (s *Store) evict(shd *shard, d int64, budget int) {
+	if s.noEvict {
+		return
+	}
+	n := 0
+	for k, e := range shd.m { // map iteration starts at a random place
+		if n++; n > budget {
+			break
+		}
+		if e.idle <= d {
+			delete(shd.m, k)
+			s.keys.Add(-1)
+			s.evictions.Add(1)
+		}
+	}
+	n = 0
+	for k, sl := range shd.leases {
+		if n++; n > budget {
+			break
+		}
+		if sl.prune(d); len(sl.ids) == 0 {
+			delete(shd.leases, k)
+			s.keys.Add(-1)
+			s.evictions.Add(1)
+		}
+	}
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, lease store.Lease) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	for _, key := range lease.Keys {
+		shd := &s.shards[s.shardOf(key)]
+		shd.mu.Lock()
+		if sl := shd.leases[key]; sl != nil {
+			for i, id := range sl.ids {
+				if id == lease.ID {
+					last := len(sl.ids) - 1
+					sl.ids[i], sl.exp[i] = sl.ids[last], sl.exp[last]
+					sl.ids, sl.exp = sl.ids[:last], sl.exp[:last]
+					break
+				}
+			}
+		}
+		shd.mu.Unlock()
+	}
+	return nil
+}
+
+// Close implements store.Store; later calls fail with store.ErrClosed.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}

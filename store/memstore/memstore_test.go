@@ -1,0 +1,111 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/storetest"
+	"github.com/sluicehq/sluice/window"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, c sluice.Clock) store.Store { return memstore.New(memstore.WithClock(c)) })
+}
+
+// Eviction changes no decision: the same random trace through a store that
+// evicts idle keys and through one that keeps every key gives identical
+// decisions.
+func TestEvictionChangesNoDecision(t *testing.T) {
+	c1 := sluice.NewManualClock(storetest.Epoch)
+	c2 := sluice.NewManualClock(storetest.Epoch)
+	evicting := memstore.New(memstore.WithClock(c1))
+	keeping := memstore.New(memstore.WithClock(c2), memstore.NoEviction())
+	b1, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 2})
+	b2, _ := store.NewBucketSpec(bucket.Limit{Capacity: 50, Rate: 0.5})
+	w := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 4, Window: time.Second}}
+	specs := []*store.Spec{b1, b2, w}
+	rng := rand.New(rand.NewPCG(1, 1))
+	var now time.Duration
+	for step := range 20000 {
+		now += time.Duration(rng.Int64N(int64(300 * time.Millisecond)))
+		c1.Set(storetest.Epoch.Add(now))
+		c2.Set(storetest.Epoch.Add(now))
+		i := rng.IntN(len(specs))
+		it := store.Item{Key: fmt.Sprint(i, "/", rng.IntN(40)), Spec: specs[i], Cost: rng.Int64N(specs[i].Capacity()) + 1}
+		r1, err1 := evicting.Take(context.Background(), []store.Item{it})
+		r2, err2 := keeping.Take(context.Background(), []store.Item{it})
+		if err1 != nil || err2 != nil || r1.Decisions[0] != r2.Decisions[0] {
+			t.Fatalf("step %d %s: evicting %+v %v, keeping %+v", step, it.Key, r1.Decisions, err1, r2.Decisions[0])
+		}
+	}
+	st := evicting.Stats()
+	if st.Evictions == 0 {
+		t.Fatal("nothing was evicted: the test proves nothing")
+	}
+	if kept := keeping.Stats(); kept.Evictions != 0 || kept.Keys != 120 {
+		t.Fatalf("reference evicted: %+v", kept)
+	}
+	t.Logf("evictions %d, keys now %d", st.Evictions, st.Keys)
+}
+
+// The cap holds whatever keys callers invent, and existing keys keep working.
+func TestKeyCapBoundsMemory(t *testing.T) {
+	c := sluice.NewManualClock(storetest.Epoch)
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(6400))
+	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 0.001}) // never idle in this test
+	var full int
+	for i := range 20000 {
+		_, err := s.Take(context.Background(), []store.Item{{Key: fmt.Sprint("attacker-", i), Spec: sp, Cost: 1}})
+		if errors.Is(err, store.ErrFull) {
+			full++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if k := s.Stats().Keys; k > 6400+64 || full < 20000-6400-64 {
+		t.Fatalf("keys %d, refused %d", k, full)
+	}
+	if r, err := s.Take(context.Background(), []store.Item{{Key: "attacker-1", Spec: sp, Cost: 1}}); err != nil || !r.Allowed {
+		t.Fatalf("existing key: %+v %v", r, err)
+	}
+}
+
+// TestBytesPerKey measures the heap held per key with 1,000,000 keys
+// beyond the key strings' own bytes (reported, see BENCHMARKS.md).
+func TestBytesPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates about 100 MB")
+	}
+	const n = 1_000_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant:%07d", i) // 14 bytes each
+	}
+	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1})
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s := memstore.New(memstore.WithMaxKeys(2 * n))
+	items := []store.Item{{Spec: sp, Cost: 1}}
+	for _, k := range keys {
+		items[0].Key = k
+		if _, err := s.Take(context.Background(), items); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%d keys: %.1f bytes per key held (key strings are shared with the caller, not counted)", s.Stats().Keys, per)
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(s)
+}

@@ -1,0 +1,140 @@
+// Package store defines where keyed limit state lives. A Store makes one
+// all-or-nothing admission over every bucket a request needs, releases
+// in-flight leases, and closes. Implementations: store/memstore (in
+// process), and later Redis and token leasing; store/storetest is the
+// conformance suite every implementation passes.
+//
+// Every implementation applies the same pure transitions (bucket.Params for
+// token buckets, window.Limit.Sliding for sliding windows), so that the same
+// trace gives identical decisions whatever the store.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/window"
+)
+
+// Kind is what a limit counts.
+type Kind uint8
+
+const (
+	// TokenBucket: Spec.Bucket.
+	TokenBucket Kind = iota
+	// SlidingWindow: Spec.Window.
+	SlidingWindow
+	// Concurrency: Spec.MaxInFlight leases held at once, each expiring
+	// after Spec.LeaseTTL unless released.
+	Concurrency
+)
+
+// Spec is a limit as a store sees it. Specs are immutable and shared; a
+// store may key caches by their pointer.
+type Spec struct {
+	Kind        Kind
+	Bucket      bucket.Params
+	Window      window.Limit
+	MaxInFlight int64
+	LeaseTTL    time.Duration
+}
+
+// NewBucketSpec compiles a token-bucket spec.
+func NewBucketSpec(l bucket.Limit) (*Spec, error) {
+	p, err := bucket.Compile(l)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{Kind: TokenBucket, Bucket: p}, nil
+}
+
+// Capacity is the largest cost an item under s can have.
+func (s *Spec) Capacity() int64 {
+	switch s.Kind {
+	case TokenBucket:
+		return s.Bucket.Limit().Capacity
+	case SlidingWindow:
+		return s.Window.Limit
+	}
+	return s.MaxInFlight
+}
+
+// Item is one bucket a request needs: its full key (unique per limit), its
+// spec, and the cost to take. Cost 0 peeks. A Concurrency item takes one
+// slot whatever its cost (0 peeks).
+type Item struct {
+	Key  string
+	Spec *Spec
+	Cost int64
+}
+
+// Result is the outcome of Take.
+type Result struct {
+	// Allowed is true when every item was admitted (and all took their
+	// cost); false when any was refused (and none took anything).
+	Allowed bool
+	// Decisions has one decision per item, in order. For a refused request
+	// an item that could have admitted reports Allowed true: it is the
+	// refused items that say why.
+	Decisions []sluice.Decision
+	// Lease identifies the slots taken by Concurrency items; release it
+	// with Release. Empty when there were none.
+	Lease Lease
+}
+
+// Lease names the in-flight slots one admission took.
+type Lease struct {
+	ID   string
+	Keys []string
+}
+
+// Store is where keyed limit state lives. Implementations are safe for
+// concurrent use.
+type Store interface {
+	// Take admits all items or none: a request refused by any item
+	// consumes from none of them. Items must have distinct keys; costs
+	// must be within 0..Spec.Capacity() (else ErrInvalidItem).
+	Take(ctx context.Context, items []Item) (Result, error)
+	// Release frees a lease's slots before they expire. Releasing an
+	// unknown or expired lease is not an error.
+	Release(ctx context.Context, lease Lease) error
+	// Close releases the store's resources.
+	Close() error
+}
+
+var (
+	// ErrFull reports that a store holding its maximum number of keys
+	// could not add one; the request is refused (nothing is taken).
+	ErrFull = errors.New("store: key capacity reached")
+	// ErrInvalidItem reports an item a store cannot take: no key, no spec,
+	// duplicate key, or a cost outside 0..capacity.
+	ErrInvalidItem = errors.New("store: invalid item")
+	// ErrClosed reports a call on a closed store.
+	ErrClosed = errors.New("store: closed")
+)
+
+// BucketState brings a keyed token bucket's state (tat, origin, phase) to
+// time d (ns in the store's time base): a new or full bucket restarts at
+// origin d (a full bucket equals a new one), and a state that has run past
+// MaxElapsed is rebased exactly. A time before the origin (a stale reading)
+// counts as the origin. Every store applies it, so they decide alike.
+func BucketState(p *bucket.Params, tat, origin int64, phase uint64, exists bool, d int64) (int64, int64, uint64) {
+	if !exists {
+		return 0, d, 0
+	}
+	if d < origin {
+		d = origin
+	}
+	for d-origin > p.MaxElapsed() {
+		nt, applied, ph := p.Rebase(tat, bucket.Instant{Elapsed: d - origin, Phase: phase})
+		tat, origin, phase = nt, origin+applied, ph
+	}
+	if tat <= p.Units(bucket.Instant{Elapsed: d - origin, Phase: phase}) {
+		return 0, d, 0 // full: the same as new
+	}
+	return tat, origin, phase
+}
+

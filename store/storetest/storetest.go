@@ -1,0 +1,319 @@
+// Package storetest is the conformance suite every store.Store passes.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/window"
+)
+
+// Factory makes a fresh, empty store that reads its time from clock.
+type Factory func(t *testing.T, clock sluice.Clock) store.Store
+
+// Epoch is the manual clock's start in the suite (aligned to whole seconds).
+var Epoch = time.Unix(1_800_000_000, 0)
+
+// Run runs the conformance suite.
+func Run(t *testing.T, newStore Factory) {
+	for name, test := range map[string]func(*testing.T, Factory){
+		"BucketVector":         testBucketVector,
+		"AllOrNothing":         testAllOrNothing,
+		"RetryAfterIsTheMax":   testRetryAfterMax,
+		"SlidingWindow":        testSlidingWindow,
+		"Concurrency":          testConcurrency,
+		"PeekTakesNothing":     testPeek,
+		"InvalidItems":         testInvalid,
+		"ConcurrentExact":      testConcurrentExact,
+		"IdenticalToPureModel": testIdenticalToModel,
+	} {
+		t.Run(name, func(t *testing.T) { test(t, newStore) })
+	}
+}
+
+func open(t *testing.T, f Factory) (store.Store, *sluice.ManualClock) {
+	t.Helper()
+	c := sluice.NewManualClock(Epoch)
+	s := f(t, c)
+	t.Cleanup(func() { s.Close() })
+	return s, c
+}
+
+func spec(t *testing.T, capacity int64, rate float64) *store.Spec {
+	t.Helper()
+	s, err := store.NewBucketSpec(bucket.Limit{Capacity: capacity, Rate: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func take(t *testing.T, s store.Store, items ...store.Item) store.Result {
+	t.Helper()
+	r, err := s.Take(context.Background(), items)
+	if err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	if len(r.Decisions) != len(items) {
+		t.Fatalf("%d decisions for %d items", len(r.Decisions), len(items))
+	}
+	return r
+}
+
+// SPEC 1 vector 1 through the store.
+func testBucketVector(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	sp := spec(t, 3, 2)
+	it := store.Item{Key: "v1", Spec: sp, Cost: 1}
+	for i := range 3 {
+		if r := take(t, s, it); !r.Allowed || r.Decisions[0].Remaining != int64(2-i) {
+			t.Fatalf("request %d: %+v", i+1, r)
+		}
+	}
+	if r := take(t, s, it); r.Allowed || r.Decisions[0].RetryAfter != 500*time.Millisecond {
+		t.Fatalf("fourth: %+v", r)
+	}
+	c.Advance(250 * time.Millisecond)
+	if r := take(t, s, it); r.Allowed {
+		t.Fatalf("at 0.25 s: %+v", r)
+	}
+	c.Advance(250 * time.Millisecond)
+	if r := take(t, s, it); !r.Allowed {
+		t.Fatalf("at 0.5 s: %+v", r)
+	}
+	if r := take(t, s, it); r.Allowed {
+		t.Fatalf("second at 0.5 s: %+v", r)
+	}
+}
+
+// A request refused by its tenant bucket leaves the global bucket as it was.
+func testAllOrNothing(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	global, tenant := spec(t, 100, 1), spec(t, 2, 1)
+	g := store.Item{Key: "global", Spec: global, Cost: 1}
+	ten := store.Item{Key: "tenant:acme", Spec: tenant, Cost: 1}
+	for range 2 {
+		if r := take(t, s, g, ten); !r.Allowed {
+			t.Fatalf("refused: %+v", r)
+		}
+	}
+	r := take(t, s, g, ten)
+	if r.Allowed || !r.Decisions[0].Allowed || r.Decisions[1].Allowed || r.Decisions[1].RetryAfter != time.Second {
+		t.Fatalf("third: %+v", r)
+	}
+	peek := take(t, s, store.Item{Key: "global", Spec: global})
+	if peek.Decisions[0].Remaining != 98 {
+		t.Fatalf("global after a refusal: %d left, want 98", peek.Decisions[0].Remaining)
+	}
+	// The window and concurrency kinds take part too.
+	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 1, Window: time.Minute}}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Minute}
+	w := store.Item{Key: "w", Spec: win, Cost: 1}
+	cc := store.Item{Key: "c", Spec: conc, Cost: 1}
+	if r := take(t, s, g, w, cc); !r.Allowed || r.Lease.ID == "" {
+		t.Fatalf("with window and lease: %+v", r)
+	}
+	if r := take(t, s, g, w, cc); r.Allowed || r.Lease.ID != "" {
+		t.Fatalf("window full: %+v", r)
+	}
+	if r := take(t, s, store.Item{Key: "c", Spec: conc}); r.Decisions[0].Remaining != 4 {
+		t.Fatalf("refused request took a slot: %+v", r.Decisions[0])
+	}
+	if peek := take(t, s, store.Item{Key: "global", Spec: global}); peek.Decisions[0].Remaining != 97 {
+		t.Fatalf("global: %d left, want 97", peek.Decisions[0].Remaining)
+	}
+}
+
+func testRetryAfterMax(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	a, b := spec(t, 1, 1), spec(t, 1, 0.25)
+	take(t, s, store.Item{Key: "a", Spec: a, Cost: 1}, store.Item{Key: "b", Spec: b, Cost: 1})
+	r := take(t, s, store.Item{Key: "a", Spec: a, Cost: 1}, store.Item{Key: "b", Spec: b, Cost: 1})
+	if r.Allowed || r.Decisions[0].RetryAfter != time.Second || r.Decisions[1].RetryAfter != 4*time.Second {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func testSlidingWindow(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	sp := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 10, Window: time.Second}}
+	it := store.Item{Key: "u", Spec: sp, Cost: 1}
+	for range 10 {
+		if !take(t, s, it).Allowed {
+			t.Fatal("refused within the limit")
+		}
+	}
+	r := take(t, s, it)
+	if r.Allowed || r.Decisions[0].RetryAfter != 1100*time.Millisecond {
+		t.Fatalf("11th: %+v", r)
+	}
+	c.Advance(1100 * time.Millisecond)
+	if !take(t, s, it).Allowed {
+		t.Fatal("refused after RetryAfter")
+	}
+}
+
+func testConcurrency(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 30 * time.Second}
+	it := store.Item{Key: "tools", Spec: sp, Cost: 1}
+	l1 := take(t, s, it)
+	c.Advance(time.Second)
+	l2 := take(t, s, it)
+	if !l1.Allowed || !l2.Allowed || l1.Lease.ID == l2.Lease.ID {
+		t.Fatalf("%+v %+v", l1, l2)
+	}
+	r := take(t, s, it)
+	if r.Allowed || r.Decisions[0].RetryAfter != 29*time.Second {
+		t.Fatalf("third: %+v (retry when the first lease expires)", r)
+	}
+	if err := s.Release(context.Background(), l1.Lease); err != nil {
+		t.Fatal(err)
+	}
+	s.Release(context.Background(), l1.Lease) // twice: no error, no effect
+	l3 := take(t, s, it)
+	if !l3.Allowed {
+		t.Fatalf("after release: %+v", l3)
+	}
+	if r := take(t, s, it); r.Allowed {
+		t.Fatal("double release freed two slots")
+	}
+	// A crashed holder's slot comes back after lease_ttl.
+	c.Advance(30 * time.Second) // l2 expires (taken at 1 s); l3 (at 1 s) too
+	if r := take(t, s, it); !r.Allowed || r.Decisions[0].Remaining != 1 {
+		t.Fatalf("after expiry: %+v", r)
+	}
+}
+
+func testPeek(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	sp := spec(t, 5, 1)
+	for range 3 {
+		r := take(t, s, store.Item{Key: "p", Spec: sp})
+		if !r.Allowed || r.Decisions[0].Remaining != 5 {
+			t.Fatalf("peek: %+v", r)
+		}
+	}
+	if r := take(t, s, store.Item{Key: "p", Spec: sp, Cost: 5}); !r.Allowed || r.Decisions[0].Remaining != 0 {
+		t.Fatalf("full take after peeks: %+v", r)
+	}
+}
+
+func testInvalid(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	sp := spec(t, 5, 1)
+	for _, items := range [][]store.Item{
+		{{Key: "", Spec: sp, Cost: 1}},
+		{{Key: "k", Cost: 1}},
+		{{Key: "k", Spec: sp, Cost: -1}},
+		{{Key: "k", Spec: sp, Cost: 6}},
+		{{Key: "k", Spec: sp, Cost: 1}, {Key: "k", Spec: sp, Cost: 1}},
+	} {
+		if _, err := s.Take(context.Background(), items); !errors.Is(err, store.ErrInvalidItem) {
+			t.Errorf("%+v: %v", items, err)
+		}
+	}
+	if r := take(t, s, store.Item{Key: "k", Spec: sp}); r.Decisions[0].Remaining != 5 {
+		t.Fatalf("invalid items changed state: %+v", r)
+	}
+}
+
+// Concurrent mixed requests at a frozen instant never over-admit any
+// bucket: each admits exactly what its capacity allows, and what every
+// bucket reports left is its capacity minus what was admitted through it.
+func testConcurrentExact(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	caps := []int64{50, 80, 120, 1000}
+	specs := make([]*store.Spec, len(caps))
+	for i, c := range caps {
+		specs[i] = spec(t, c, 0.001)
+	}
+	var mu sync.Mutex
+	taken := make([]int64, len(caps))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 300 {
+				var items []store.Item
+				var idx []int
+				for i := range caps {
+					if rng.IntN(2) == 0 {
+						items = append(items, store.Item{Key: fmt.Sprint("k", i), Spec: specs[i], Cost: rng.Int64N(3) + 1})
+						idx = append(idx, i)
+					}
+				}
+				if len(items) == 0 {
+					continue
+				}
+				r, err := s.Take(context.Background(), items)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					mu.Lock()
+					for j, i := range idx {
+						taken[i] += items[j].Cost
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, c := range caps {
+		left := take(t, s, store.Item{Key: fmt.Sprint("k", i), Spec: specs[i]}).Decisions[0].Remaining
+		if taken[i] > c || left != c-taken[i] {
+			t.Errorf("bucket %d: admitted %d of %d, reports %d left", i, taken[i], c, left)
+		}
+	}
+}
+
+// A random trace through the store gives the decisions of the pure
+// transitions applied to one state per key (a reference with no eviction).
+func testIdenticalToModel(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	specs := []*store.Spec{spec(t, 10, 3), spec(t, 100, 1.0/7), spec(t, 7, 1e6)}
+	type ref struct {
+		tat, origin int64
+		phase       uint64
+		exists      bool
+	}
+	refs := map[string]*ref{}
+	rng := rand.New(rand.NewPCG(5, 5))
+	var now int64
+	for step := range 3000 {
+		now += rng.Int64N(int64(2 * time.Second))
+		c.Set(Epoch.Add(time.Duration(now)))
+		i := rng.IntN(len(specs))
+		key := fmt.Sprint("m", i, "-", rng.IntN(3))
+		sp := specs[i]
+		cost := rng.Int64N(sp.Capacity() + 1)
+		r := take(t, s, store.Item{Key: key, Spec: sp, Cost: cost})
+		rf := refs[key]
+		if rf == nil {
+			rf = &ref{}
+			refs[key] = rf
+		}
+		tat, origin, phase := store.BucketState(&sp.Bucket, rf.tat, rf.origin, rf.phase, rf.exists, now)
+		nt, want := sp.Bucket.Step(tat, bucket.Instant{Elapsed: now - origin, Phase: phase}, cost)
+		if r.Decisions[0] != want {
+			t.Fatalf("step %d key %s cost %d: store %+v, model %+v", step, key, cost, r.Decisions[0], want)
+		}
+		if want.Allowed && (cost > 0 || rf.exists) {
+			*rf = ref{nt, origin, phase, true}
+		}
+	}
+}
+
