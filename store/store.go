@@ -137,4 +137,3 @@ func BucketState(p *bucket.Params, tat, origin int64, phase uint64, exists bool,
 	}
 	return tat, origin, phase
 }
-

@@ -316,4 +316,3 @@ func testIdenticalToModel(t *testing.T, f Factory) {
 		}
 	}
 }
-
