@@ -248,9 +248,9 @@ func Parse(src []byte) (*Policy, error) {
 	}
 	for _, c := range p.Costs {
 		for _, l := range p.Limits {
-			if l.Kind != Concurrency && c.Cost > l.Capacity() && compatible(c.When, l.When) {
+			if l.Kind != Concurrency && c.Cost > l.Capacity() && alwaysHits(c.When, l) {
 				v.add(&Error{Line: c.Line, Field: "cost", Msg: fmt.Sprintf(
-					"cost %d exceeds the capacity %d of limit %q (line %d) that applies to the same requests: they could never be admitted",
+					"cost %d exceeds the capacity %d of limit %q (line %d), which every request of this class hits: they could never be admitted",
 					c.Cost, l.Capacity(), l.Name, l.Line)})
 			}
 		}
@@ -262,10 +262,21 @@ func Parse(src []byte) (*Policy, error) {
 	return p, nil
 }
 
-// compatible reports whether two when-sets can both match one request.
-func compatible(a, b map[string]string) bool {
-	for k, va := range a {
-		if vb, ok := b[k]; ok && va != vb {
+// alwaysHits reports whether every request matching when is subject to l:
+// l's own when is implied and its key needs no descriptor beyond when's.
+// (Other requests are checked at decision time: the limiter refuses a cost
+// above an applicable capacity with a CostError.)
+func alwaysHits(when map[string]string, l *Limit) bool {
+	for k, v := range l.When {
+		if when[k] != v {
+			return false
+		}
+		if _, ok := when[k]; !ok {
+			return false
+		}
+	}
+	for _, name := range l.placeh {
+		if _, ok := when[name]; !ok {
 			return false
 		}
 	}
@@ -358,6 +369,8 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 	allowed := map[string]bool{"name": true, "key": true, "when": true, "algorithm": true, "on_store_error": true}
 	if name == "" {
 		bad("name", "missing or empty name")
+	} else if !validName(name) {
+		bad("name", "name %q must be letters, digits, _ - or .", name)
 	}
 	key, ok := str("key")
 	if !ok || key == "" {

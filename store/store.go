@@ -105,6 +105,17 @@ type Store interface {
 	Close() error
 }
 
+// Stats is a snapshot of a store's size.
+type Stats struct {
+	Keys      int64  // keys held now
+	Evictions uint64 // idle keys evicted so far
+}
+
+// StatsReporter is implemented by stores that can tell their size.
+type StatsReporter interface {
+	Stats() Stats
+}
+
 var (
 	// ErrFull reports that a store holding its maximum number of keys
 	// could not add one; the request is refused (nothing is taken).

@@ -111,14 +111,10 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-// Stats is a snapshot of the store's size.
-type Stats struct {
-	Keys      int64  // keys held now
-	Evictions uint64 // idle keys evicted so far
-}
-
 // Stats returns the keys held and evictions so far.
-func (s *Store) Stats() Stats { return Stats{Keys: s.keys.Load(), Evictions: s.evictions.Load()} }
+func (s *Store) Stats() store.Stats {
+	return store.Stats{Keys: s.keys.Load(), Evictions: s.evictions.Load()}
+}
 
 // now returns ns since t0 (monotonic) and the wall time in Unix ns.
 func (s *Store) now() (int64, int64) {

@@ -1,0 +1,344 @@
+// Package limiter is sluice's keyed engine: it finds the limits of a policy
+// that apply to a request, takes the request's cost from every one of them
+// at once through a store (all or nothing), and reports a status per limit.
+// It logs refusals and exports Prometheus metrics per limit name (never per
+// key).
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Request is one admission check.
+type Request struct {
+	// Descriptors name the request: tenant, user, api_key, route, ... They
+	// select the limits that apply and fill their key templates.
+	Descriptors map[string]string
+	// Cost is the tokens to take; 0 means the policy's cost for these
+	// descriptors (its first matching cost rule, else 1). Negative costs
+	// are refused with sluice.ErrInvalidCost.
+	Cost int64
+	// Peek reports the limits' state and takes nothing.
+	Peek bool
+	// MaxWait lets Check wait, up to this long (and ctx's deadline), for a
+	// refused request to be admitted; 0 decides at once.
+	MaxWait time.Duration
+	// Retry marks a retried request, counted apart from original ones.
+	Retry bool
+}
+
+// LimitStatus is one applicable limit's part of a decision.
+type LimitStatus struct {
+	Name            string        `json:"name"`
+	Key             string        `json:"key"`
+	Algorithm       string        `json:"algorithm"`
+	Capacity        int64         `json:"capacity"`          // bucket capacity, window limit, or max in flight
+	RefillPerSecond float64       `json:"refill_per_second"` // 0 for windows and concurrency limits
+	TokensRemaining int64         `json:"tokens_remaining"`
+	TokenCost       int64         `json:"token_cost"`
+	Allowed         bool          `json:"allowed"`
+	RetryAfter      time.Duration `json:"-"`
+	ResetAfter      time.Duration `json:"-"`
+}
+
+// Result is the outcome of Check.
+type Result struct {
+	// Allowed is true when every applicable limit admitted the request.
+	Allowed bool
+	// RetryAfter is, when refused, the wait until every limit could admit
+	// (the largest of their waits).
+	RetryAfter time.Duration
+	// Lease holds in-flight slots taken by max_in_flight limits; release
+	// it with Limiter.Release (it also expires after the limit's lease_ttl).
+	Lease store.Lease
+	// Limits is the status of each applicable limit, in policy order.
+	Limits []LimitStatus
+	// Cost is the cost the request was charged (or would have been).
+	Cost int64
+}
+
+// CostError is returned when a cost exceeds the capacity of an applicable
+// limit: such a request can never be admitted (all or nothing), so
+// retrying is useless. It matches sluice.ErrCostExceedsCapacity.
+type CostError struct {
+	Limit    string
+	Cost     int64
+	Capacity int64
+}
+
+func (e *CostError) Error() string {
+	return fmt.Sprintf("sluice: cost %d exceeds capacity %d of limit %q", e.Cost, e.Capacity, e.Limit)
+}
+
+// Unwrap makes errors.Is(err, sluice.ErrCostExceedsCapacity) true.
+func (e *CostError) Unwrap() error { return sluice.ErrCostExceedsCapacity }
+
+// Option configures New.
+type Option func(*Limiter)
+
+// WithLogger logs refusals (and store failures) to l, at most about 10
+// records a second; the rest are counted in the next record's
+// "suppressed" field.
+func WithLogger(l *slog.Logger) Option { return func(x *Limiter) { x.log = l } }
+
+// WithRegisterer registers the limiter's Prometheus metrics with r.
+func WithRegisterer(r prometheus.Registerer) Option { return func(x *Limiter) { x.reg = r } }
+
+// Limiter checks requests against a policy. It is safe for concurrent use;
+// SetPolicy swaps the policy atomically.
+type Limiter struct {
+	st         store.Store
+	log        *slog.Logger
+	reg        prometheus.Registerer
+	compiled   atomic.Pointer[compiled]
+	logs       *bucket.Bucket
+	suppressed atomic.Int64
+	m          metrics
+}
+
+type compiled struct {
+	p     *policy.Policy
+	specs []*store.Spec // per policy limit
+}
+
+type metrics struct {
+	decisions *prometheus.CounterVec
+	latency   prometheus.Histogram
+	errors    prometheus.Counter
+}
+
+// New returns a limiter enforcing p with state in s.
+func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
+	if p == nil || s == nil {
+		return nil, errors.New("limiter: nil policy or store")
+	}
+	l := &Limiter{st: s}
+	for _, o := range opts {
+		o(l)
+	}
+	if err := l.SetPolicy(p); err != nil {
+		return nil, err
+	}
+	l.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
+	l.m = metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Admission decisions per limit, by result (admitted/rejected) and attempt (original/retry).",
+		}, []string{"limit", "result", "attempt"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_check_duration_seconds",
+			Help:    "Time to decide one Check, store round trip included.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total", Help: "Checks that failed because the store failed.",
+		}),
+	}
+	if l.reg != nil {
+		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors}
+		if sr, ok := s.(store.StatsReporter); ok {
+			cs = append(cs,
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys", Help: "Keys held by the store."},
+					func() float64 { return float64(sr.Stats().Keys) }),
+				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_evictions_total", Help: "Idle keys evicted by the store."},
+					func() float64 { return float64(sr.Stats().Evictions) }))
+		}
+		for _, c := range cs {
+			if err := l.reg.Register(c); err != nil {
+				return nil, fmt.Errorf("limiter: registering metrics: %w", err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// SetPolicy replaces the policy at once. Buckets of limits whose name and
+// parameters are unchanged keep their state (their keys do not change).
+func (l *Limiter) SetPolicy(p *policy.Policy) error {
+	c := &compiled{p: p, specs: make([]*store.Spec, len(p.Limits))}
+	old := l.compiled.Load()
+	for i, lim := range p.Limits {
+		if old != nil {
+			if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
+				c.specs[i] = old.specs[j]
+				continue
+			}
+		}
+		sp, err := specOf(lim)
+		if err != nil {
+			return fmt.Errorf("limiter: limit %q: %w", lim.Name, err)
+		}
+		c.specs[i] = sp
+	}
+	l.compiled.Store(c)
+	return nil
+}
+
+// Policy returns the policy in force.
+func (l *Limiter) Policy() *policy.Policy { return l.compiled.Load().p }
+
+func (c *compiled) index(name string) int {
+	for i, lim := range c.p.Limits {
+		if lim.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func sameLimit(a, b *policy.Limit) bool {
+	return a.Kind == b.Kind && a.Key == b.Key && a.Bucket == b.Bucket && a.Window == b.Window &&
+		a.MaxInFlight == b.MaxInFlight && a.LeaseTTL == b.LeaseTTL
+}
+
+func specOf(lim *policy.Limit) (*store.Spec, error) {
+	switch lim.Kind {
+	case policy.TokenBucket:
+		return store.NewBucketSpec(lim.Bucket)
+	case policy.SlidingWindow:
+		if err := lim.Window.Validate(); err != nil {
+			return nil, err
+		}
+		return &store.Spec{Kind: store.SlidingWindow, Window: lim.Window}, nil
+	default:
+		return &store.Spec{Kind: store.Concurrency, MaxInFlight: lim.MaxInFlight, LeaseTTL: lim.LeaseTTL}, nil
+	}
+}
+
+// Check decides req: it takes the request's cost from every applicable
+// limit or from none. A refused request is a Result with Allowed false,
+// not an error; errors are for bad requests (sluice.ErrInvalidCost, a
+// *CostError) and store failures.
+func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
+	start := time.Now()
+	c := l.compiled.Load()
+	if req.Cost < 0 {
+		return Result{}, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
+	}
+	cost := req.Cost
+	if cost == 0 {
+		cost = c.p.Cost(req.Descriptors)
+	}
+	var items []store.Item
+	var limits []LimitStatus
+	for i, lim := range c.p.Limits {
+		key, ok := lim.Match(req.Descriptors)
+		if !ok {
+			continue
+		}
+		itemCost := cost
+		if lim.Kind == policy.Concurrency {
+			itemCost = 1
+		}
+		if lim.Kind != policy.Concurrency && itemCost > lim.Capacity() {
+			return Result{}, &CostError{Limit: lim.Name, Cost: itemCost, Capacity: lim.Capacity()}
+		}
+		if req.Peek {
+			itemCost = 0
+		}
+		items = append(items, store.Item{Key: lim.Name + ":" + key, Spec: c.specs[i], Cost: itemCost})
+		limits = append(limits, LimitStatus{
+			Name: lim.Name, Key: key, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
+			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost,
+		})
+	}
+	res := Result{Allowed: true, Limits: limits, Cost: cost}
+	if len(items) == 0 {
+		l.observe(res, req, time.Since(start))
+		return res, nil
+	}
+	deadline := time.Time{}
+	if req.MaxWait > 0 {
+		deadline = start.Add(req.MaxWait)
+	}
+	for {
+		r, err := l.st.Take(ctx, items)
+		if err != nil {
+			l.m.errors.Inc()
+			l.logf(slog.LevelError, "rate limit: store failed", slog.String("error", err.Error()))
+			return Result{}, fmt.Errorf("limiter: %w", err)
+		}
+		res.Allowed, res.Lease, res.RetryAfter = r.Allowed, r.Lease, 0
+		for i, d := range r.Decisions {
+			st := &res.Limits[i]
+			st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
+			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
+		}
+		if res.Allowed || deadline.IsZero() || time.Now().Add(res.RetryAfter).After(deadline) {
+			break
+		}
+		if err := sleep(ctx, res.RetryAfter); err != nil {
+			break // ctx ended: report the refusal
+		}
+	}
+	l.observe(res, req, time.Since(start))
+	return res, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Release frees a lease's in-flight slots.
+func (l *Limiter) Release(ctx context.Context, lease store.Lease) error {
+	if lease.ID == "" {
+		return nil
+	}
+	return l.st.Release(ctx, lease)
+}
+
+func (l *Limiter) observe(res Result, req Request, took time.Duration) {
+	l.m.latency.Observe(took.Seconds())
+	attempt := "original"
+	if req.Retry {
+		attempt = "retry"
+	}
+	for _, st := range res.Limits {
+		result := "admitted"
+		if !st.Allowed {
+			result = "rejected"
+		}
+		l.m.decisions.WithLabelValues(st.Name, result, attempt).Inc()
+		if !st.Allowed {
+			l.logf(slog.LevelInfo, "rate limit: request refused",
+				slog.String("limiter", st.Name), slog.String("result", "rejected"),
+				slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),
+				slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining),
+				slog.String("key", st.Key), slog.Bool("retry", req.Retry), slog.Duration("retry_after", st.RetryAfter))
+		}
+	}
+}
+
+// logf writes a record within the log budget.
+func (l *Limiter) logf(level slog.Level, msg string, attrs ...slog.Attr) {
+	if l.log == nil {
+		return
+	}
+	if d, _ := l.logs.Allow(1); !d.Allowed {
+		l.suppressed.Add(1)
+		return
+	}
+	if n := l.suppressed.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("suppressed", n))
+	}
+	l.log.LogAttrs(context.Background(), level, msg, attrs...)
+}

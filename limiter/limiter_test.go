@@ -1,0 +1,324 @@
+package limiter_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+const src = `
+limits:
+  - name: global
+    key: "global"
+    capacity: 1000
+    refill_per_second: 500
+  - name: tenant_api
+    key: "tenant:{tenant}"
+    capacity: 3
+    refill_per_second: 1
+  - name: tenant_export
+    key: "tenant:{tenant}:route:{route}"
+    when: {route: "/export"}
+    capacity: 60
+    refill_per_second: 1
+  - name: user_burst
+    key: "user:{user}"
+    capacity: 5
+    refill_per_second: 5
+  - name: user_daily
+    key: "user:{user}"
+    algorithm: sliding_window
+    limit: 8
+    window: 24h
+  - name: tool_calls
+    key: "api_key:{api_key}"
+    max_in_flight: 2
+    lease_ttl: 30s
+costs:
+  - when: {route: "/export"}
+    cost: 20
+`
+
+var epoch = time.Unix(1_800_000_000, 0)
+
+func newLimiter(t *testing.T, opts ...limiter.Option) (*limiter.Limiter, *sluice.ManualClock) {
+	t.Helper()
+	p, err := policy.Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sluice.NewManualClock(epoch)
+	l, err := limiter.New(p, memstore.New(memstore.WithClock(c)), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, c
+}
+
+func check(t *testing.T, l *limiter.Limiter, req limiter.Request) limiter.Result {
+	t.Helper()
+	r, err := l.Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func status(r limiter.Result, name string) limiter.LimitStatus {
+	for _, s := range r.Limits {
+		if s.Name == name {
+			return s
+		}
+	}
+	return limiter.LimitStatus{}
+}
+
+// A request refused by its tenant bucket leaves the global bucket unchanged.
+func TestRefusedByTenantLeavesGlobal(t *testing.T) {
+	l, _ := newLimiter(t)
+	acme := limiter.Request{Descriptors: map[string]string{"tenant": "acme"}}
+	for range 3 {
+		if r := check(t, l, acme); !r.Allowed || len(r.Limits) != 2 {
+			t.Fatalf("%+v", r)
+		}
+	}
+	r := check(t, l, acme)
+	if r.Allowed || r.RetryAfter != time.Second || !status(r, "global").Allowed || status(r, "tenant_api").Allowed {
+		t.Fatalf("fourth: %+v", r)
+	}
+	peek := check(t, l, limiter.Request{Descriptors: map[string]string{}, Peek: true})
+	if g := status(peek, "global"); g.TokensRemaining != 997 {
+		t.Fatalf("global after the refusal: %d left, want 997", g.TokensRemaining)
+	}
+}
+
+func TestCostsAndCostErrors(t *testing.T) {
+	l, _ := newLimiter(t)
+	exp := map[string]string{"tenant": "t1", "route": "/export"}
+	_, err := l.Check(context.Background(), limiter.Request{Descriptors: exp})
+	var ce *limiter.CostError
+	if !errors.As(err, &ce) || ce.Limit != "tenant_api" || ce.Cost != 20 || ce.Capacity != 3 || !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		t.Fatalf("policy cost 20 against tenant_api's 3: %v", err)
+	}
+	r := check(t, l, limiter.Request{Descriptors: map[string]string{"route": "/export", "user": "u"}, Cost: 2})
+	if !r.Allowed || r.Cost != 2 || status(r, "user_burst").TokensRemaining != 3 {
+		t.Fatalf("own cost wins: %+v", r)
+	}
+	if _, err := l.Check(context.Background(), limiter.Request{Cost: -1}); !errors.Is(err, sluice.ErrInvalidCost) {
+		t.Fatalf("negative: %v", err)
+	}
+	if r := check(t, l, limiter.Request{Descriptors: map[string]string{"nothing": "applies"}}); !r.Allowed || len(r.Limits) != 1 {
+		t.Fatalf("only global applies: %+v", r)
+	}
+}
+
+// One descriptor set carries a burst limit and a daily limit at once.
+func TestBurstAndDailyTogether(t *testing.T) {
+	l, c := newLimiter(t)
+	u := limiter.Request{Descriptors: map[string]string{"user": "ann"}}
+	admitted := 0
+	for range 40 {
+		if check(t, l, u).Allowed {
+			admitted++
+		}
+		c.Advance(time.Second) // the burst refills 5/s: only the daily limit binds
+	}
+	if admitted != 8 {
+		t.Fatalf("admitted %d in 40 s, want the daily 8", admitted)
+	}
+	r := check(t, l, u)
+	if st := status(r, "user_daily"); st.Allowed || st.Algorithm != "sliding_window" || r.RetryAfter < 18*time.Hour { // the windows align to the Unix epoch: the next day starts in 16 h, then 1/8 of it decays
+		t.Fatalf("daily: %+v retry %v", st, r.RetryAfter)
+	}
+}
+
+func TestInFlightLeases(t *testing.T) {
+	l, _ := newLimiter(t)
+	k := limiter.Request{Descriptors: map[string]string{"api_key": "k1"}}
+	r1, r2 := check(t, l, k), check(t, l, k)
+	if !r1.Allowed || !r2.Allowed || r1.Lease.ID == "" {
+		t.Fatalf("%+v %+v", r1, r2)
+	}
+	if r := check(t, l, k); r.Allowed || status(r, "tool_calls").Allowed {
+		t.Fatalf("third: %+v", r)
+	}
+	if err := l.Release(context.Background(), r1.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if r := check(t, l, k); !r.Allowed {
+		t.Fatalf("after release: %+v", r)
+	}
+}
+
+// Concurrent mixed requests never over-admit any bucket, checked against
+// per-bucket accounting at a frozen instant.
+func TestConcurrentNeverOverAdmits(t *testing.T) {
+	l, _ := newLimiter(t)
+	var mu sync.Mutex
+	perTenant := map[string]int{}
+	users := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 500 {
+				ten, usr := fmt.Sprint("t", rng.IntN(5)), fmt.Sprint("u", rng.IntN(7))
+				r, err := l.Check(context.Background(), limiter.Request{Descriptors: map[string]string{"tenant": ten, "user": usr}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					mu.Lock()
+					perTenant[ten]++
+					users[usr]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for ten, n := range perTenant {
+		if n > 3 {
+			t.Errorf("tenant %s admitted %d > 3", ten, n)
+		}
+		total += n
+	}
+	for u, n := range users {
+		if n > 5 {
+			t.Errorf("user %s admitted %d > 5", u, n)
+		}
+	}
+	if g := status(check(t, l, limiter.Request{Peek: true}), "global"); g.TokensRemaining != int64(1000-total) {
+		t.Errorf("global: %d left after %d admitted", g.TokensRemaining, total)
+	}
+}
+
+func TestMaxWaitHoldsUntilAdmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := policy.Parse([]byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := limiter.New(p, memstore.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := limiter.Request{Descriptors: map[string]string{"tenant": "w"}}
+		for range 3 {
+			check(t, l, req)
+		}
+		start := time.Now()
+		req.MaxWait = 2 * time.Second
+		if r := check(t, l, req); !r.Allowed || time.Since(start) != time.Second {
+			t.Fatalf("%+v after %v", r, time.Since(start))
+		}
+		req.MaxWait = 500 * time.Millisecond
+		if r := check(t, l, req); r.Allowed || time.Since(start) != time.Second {
+			t.Fatalf("a wait beyond MaxWait must refuse at once: %+v after %v", r, time.Since(start))
+		}
+	})
+}
+
+func TestTelemetry(t *testing.T) {
+	var buf bytes.Buffer
+	reg := prometheus.NewRegistry()
+	l, _ := newLimiter(t, limiter.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))), limiter.WithRegisterer(reg))
+	req := limiter.Request{Descriptors: map[string]string{"tenant": "acme"}}
+	for range 3 {
+		check(t, l, req)
+	}
+	req.Retry = true
+	check(t, l, req)
+	var rec map[string]any
+	if err := json.Unmarshal(bytes.SplitN(buf.Bytes(), []byte("\n"), 2)[0], &rec); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	for k, want := range map[string]any{"limiter": "tenant_api", "result": "rejected", "bucket_capacity": 3.0,
+		"refill_per_second": 1.0, "token_cost": 1.0, "tokens_remaining": 0.0, "retry": true} {
+		if rec[k] != want {
+			t.Errorf("log field %s = %v, want %v (%v)", k, rec[k], want, rec)
+		}
+	}
+	if got := testutil.ToFloat64(counter(t, reg, "tenant_api", "admitted", "original")); got != 3 {
+		t.Errorf("admitted originals %v", got)
+	}
+	if got := testutil.ToFloat64(counter(t, reg, "tenant_api", "rejected", "retry")); got != 1 {
+		t.Errorf("rejected retries %v", got)
+	}
+	out, _ := reg.Gather()
+	names := []string{}
+	for _, mf := range out {
+		names = append(names, mf.GetName())
+	}
+	for _, want := range []string{"sluice_check_duration_seconds", "sluice_keys", "sluice_evictions_total", "sluice_decisions_total"} {
+		if !strings.Contains(strings.Join(names, " "), want) {
+			t.Errorf("metric %s missing from %v", want, names)
+		}
+	}
+	// Per limit name, never per key.
+	if strings.Contains(fmt.Sprint(out), "acme") {
+		t.Error("a key leaked into metric labels")
+	}
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, limit, result, attempt string) prometheus.Collector {
+	t.Helper()
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["limit"] == limit && labels["result"] == result && labels["attempt"] == attempt {
+				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+				c.Add(m.GetCounter().GetValue())
+				return c
+			}
+		}
+	}
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+}
+
+// A new policy keeps the state of unchanged limits.
+func TestSetPolicyKeepsUnchangedState(t *testing.T) {
+	l, _ := newLimiter(t)
+	req := limiter.Request{Descriptors: map[string]string{"tenant": "acme"}}
+	for range 3 {
+		check(t, l, req)
+	}
+	p2, err := policy.Parse([]byte(strings.Replace(src, "capacity: 1000", "capacity: 2000", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetPolicy(p2); err != nil {
+		t.Fatal(err)
+	}
+	if r := check(t, l, req); r.Allowed || status(r, "global").Capacity != 2000 {
+		t.Fatalf("tenant state lost on reload: %+v", r)
+	}
+}
