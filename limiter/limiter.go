@@ -7,6 +7,7 @@ package limiter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,25 @@ type LimitStatus struct {
 	Allowed         bool          `json:"allowed"`
 	RetryAfter      time.Duration `json:"-"`
 	ResetAfter      time.Duration `json:"-"`
+}
+
+// MarshalJSON writes the status with retry_after_ms and reset_after_ms
+// (rounded up to the millisecond).
+func (s LimitStatus) MarshalJSON() ([]byte, error) {
+	type plain LimitStatus
+	return json.Marshal(struct {
+		plain
+		RetryAfterMS int64 `json:"retry_after_ms"`
+		ResetAfterMS int64 `json:"reset_after_ms"`
+	}{plain(s), CeilMS(s.RetryAfter), CeilMS(s.ResetAfter)})
+}
+
+// CeilMS rounds d up to whole milliseconds.
+func CeilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // Result is the outcome of Check.
@@ -207,11 +227,15 @@ func specOf(lim *policy.Limit) (*store.Spec, error) {
 	switch lim.Kind {
 	case policy.TokenBucket:
 		return store.NewBucketSpec(lim.Bucket)
-	case policy.SlidingWindow:
+	case policy.SlidingWindow, policy.FixedWindow:
 		if err := lim.Window.Validate(); err != nil {
 			return nil, err
 		}
-		return &store.Spec{Kind: store.SlidingWindow, Window: lim.Window}, nil
+		kind := store.SlidingWindow
+		if lim.Kind == policy.FixedWindow {
+			kind = store.FixedWindow
+		}
+		return &store.Spec{Kind: kind, Window: lim.Window}, nil
 	default:
 		return &store.Spec{Kind: store.Concurrency, MaxInFlight: lim.MaxInFlight, LeaseTTL: lim.LeaseTTL}, nil
 	}

@@ -14,7 +14,7 @@
 //	    refill_per_second: 1
 //	  - name: user_daily
 //	    key: "user:{user}"
-//	    algorithm: sliding_window    # token_bucket (default) | sliding_window
+//	    algorithm: sliding_window    # token_bucket (default) | sliding_window | fixed_window
 //	    limit: 10000
 //	    window: 24h
 //	  - name: tool_calls
@@ -56,6 +56,10 @@ const (
 	TokenBucket Kind = iota
 	// SlidingWindow is a sliding-window counter (limit per window).
 	SlidingWindow
+	// FixedWindow is a fixed-window counter (limit per window, reset at each
+	// boundary): kept as a baseline, it admits up to twice its limit across
+	// a boundary.
+	FixedWindow
 	// Concurrency caps requests held at once (max_in_flight, lease_ttl).
 	Concurrency
 )
@@ -66,6 +70,8 @@ func (k Kind) String() string {
 		return "token_bucket"
 	case SlidingWindow:
 		return "sliding_window"
+	case FixedWindow:
+		return "fixed_window"
 	case Concurrency:
 		return "concurrency"
 	}
@@ -102,7 +108,7 @@ func (l *Limit) Capacity() int64 {
 	switch l.Kind {
 	case TokenBucket:
 		return l.Bucket.Capacity
-	case SlidingWindow:
+	case SlidingWindow, FixedWindow:
 		return l.Window.Limit
 	}
 	return l.MaxInFlight
@@ -395,8 +401,10 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 		l.Kind = TokenBucket
 	case algo == "sliding_window":
 		l.Kind = SlidingWindow
+	case algo == "fixed_window":
+		l.Kind = FixedWindow
 	default:
-		bad("algorithm", "unknown algorithm %q (want token_bucket or sliding_window)", algo)
+		bad("algorithm", "unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", algo)
 	}
 	switch l.Kind {
 	case TokenBucket:
@@ -443,7 +451,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 				bad(field, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
 			}
 		}
-	case SlidingWindow:
+	case SlidingWindow, FixedWindow:
 		allowed["limit"], allowed["window"] = true, true
 		n, ok1 := integer("limit")
 		if fields["limit"] == nil {

@@ -30,6 +30,8 @@ const (
 	// Concurrency: Spec.MaxInFlight leases held at once, each expiring
 	// after Spec.LeaseTTL unless released.
 	Concurrency
+	// FixedWindow: Spec.Window, reset at each boundary (a baseline).
+	FixedWindow
 )
 
 // Spec is a limit as a store sees it. Specs are immutable and shared; a
@@ -56,7 +58,7 @@ func (s *Spec) Capacity() int64 {
 	switch s.Kind {
 	case TokenBucket:
 		return s.Bucket.Limit().Capacity
-	case SlidingWindow:
+	case SlidingWindow, FixedWindow:
 		return s.Window.Limit
 	}
 	return s.MaxInFlight

@@ -1,115 +1,79 @@
 // Command sluice is the sluice rate limiter's command-line program.
 //
-// Until the service exists (issue "sluice serve"), running it with no
-// arguments (or "demo") replays the worked vectors of SPEC section 1 on a
-// manual clock and prints each decision; "version" prints the version.
+//	sluice                     replay SPEC's worked vectors (demo)
+//	sluice check --config F    validate a policy file; non-zero exit with the errors
+//	sluice simulate ...        replay a trace against a policy on virtual time, plot it
+//	sluice version
+//
+// Every flag can also be set by an environment variable (SLUICE_<FLAG>).
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/window"
+	"github.com/alecthomas/kong"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+type cli struct {
+	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
+	Check    checkCmd    `cmd:"" help:"Validate a policy file; exit 1 with the errors."`
+	Simulate simulateCmd `cmd:"" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
+	Version  versionCmd  `cmd:"" help:"Print the version."`
+}
 
-func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "demo"
-	if len(args) > 0 {
-		cmd = args[0]
-	}
-	switch cmd {
-	case "demo":
-		if err := demo(stdout); err != nil {
-			fmt.Fprintln(stderr, "sluice:", err)
-			return 1
-		}
-		return 0
-	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "sluice", version)
-		return 0
-	case "help", "-h", "--help":
-		usage(stdout)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "sluice: unknown command %q\n", cmd)
-		usage(stderr)
+type env struct {
+	stdout, stderr io.Writer
+	stdin          io.Reader
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+// exitCode carries kong's exit requests (after --help, or a usage error).
+type exitCode int
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("sluice"),
+		kong.Description("sluice: exact, fast rate limiting."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(n int) { panic(exitCode(n)) }),
+		kong.DefaultEnvars("SLUICE"),
+		kong.UsageOnError(),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
 		return 2
 	}
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: sluice <command>
-
-commands:
-  demo      replay SPEC section 1's worked vectors on a manual clock (default)
-  version   print the version
-`)
-}
-
-// demo replays SPEC vectors 1 and 6 and the sliding/fixed window contrast.
-func demo(w io.Writer) error {
-	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
-	b, err := bucket.New(bucket.Limit{Capacity: 3, Rate: 2}, bucket.WithClock(clock))
-	if err != nil {
-		return err
-	}
-	start := clock.Now()
-	show := func(label string, d sluice.Decision) {
-		fmt.Fprintf(w, "  t=%-6v %-22s allowed=%-5v remaining=%d retry_after=%v\n",
-			clock.Now().Sub(start), label, d.Allowed, d.Remaining, d.RetryAfter)
-	}
-	fmt.Fprintln(w, "token bucket B=3, r=2/s (SPEC 1, vector 1)")
-	for i := 1; i <= 4; i++ {
-		d, _ := b.Allow(1)
-		show(fmt.Sprintf("request %d", i), d)
-	}
-	clock.Advance(250 * time.Millisecond)
-	d, _ := b.Allow(1)
-	show("request 5", d)
-	clock.Advance(250 * time.Millisecond)
-	d, _ = b.Allow(1)
-	show("request 6", d)
-	d, _ = b.Allow(1)
-	show("request 7", d)
-
-	fmt.Fprintln(w, "weighted costs, B=100, r=2/s (SPEC 1, vector 6)")
-	wb, err := bucket.New(bucket.Limit{Capacity: 100, Rate: 2}, bucket.WithClock(clock))
-	if err != nil {
-		return err
-	}
-	d, _ = wb.Allow(88)
-	show("cost 88", d)
-	d, _ = wb.Allow(20)
-	show("cost 20", d)
-	_, err = wb.Allow(101)
-	fmt.Fprintf(w, "  cost 101: %v\n", err)
-
-	fmt.Fprintln(w, "10 per second across a window boundary: fixed vs sliding window (SPEC 2)")
-	wc := sluice.NewManualClock(time.Unix(1_800_000_000, 999_000_000))
-	l := window.Limit{Limit: 10, Window: time.Second}
-	f, _ := window.NewFixed(l, window.WithClock(wc))
-	s, _ := window.NewSliding(l, window.WithClock(wc))
-	var nf, ns int
-	for range 2 {
-		for range 10 {
-			if d, _ := f.Allow(1); d.Allowed {
-				nf++
+	defer func() {
+		if r := recover(); r != nil {
+			n, ok := r.(exitCode)
+			if !ok {
+				panic(r)
 			}
-			if d, _ := s.Allow(1); d.Allowed {
-				ns++
-			}
+			code = int(n)
 		}
-		wc.Advance(time.Millisecond)
+	}()
+	ctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 2
 	}
-	fmt.Fprintf(w, "  20 requests within 2 ms: fixed window admits %d, sliding window admits %d\n", nf, ns)
+	if err := ctx.Run(&env{stdout: stdout, stderr: stderr, stdin: stdin}); err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 1
+	}
+	return 0
+}
+
+type versionCmd struct{}
+
+func (versionCmd) Run(e *env) error {
+	fmt.Fprintln(e.stdout, "sluice", version)
 	return nil
 }

@@ -243,6 +243,14 @@ func validate(items []store.Item) error {
 // step applies it to the key's state e (exists tells whether there is one).
 func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
 	sp := it.Spec
+	if sp.Kind == store.FixedWindow {
+		st := window.FixedState{Index: math.MinInt64}
+		if exists {
+			st = window.FixedState{Index: e.a, Count: e.b}
+		}
+		st, dec := sp.Window.Fixed(st, wall, it.Cost)
+		return entry{a: st.Index, b: st.Count, idle: d + int64(dec.ResetAfter)}, dec
+	}
 	if sp.Kind == store.SlidingWindow {
 		st := window.SlidingState{Index: math.MinInt64}
 		if exists {

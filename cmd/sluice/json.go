@@ -1,0 +1,8 @@
+package main
+
+import "encoding/json"
+
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	return append(b, '\n'), err
+}

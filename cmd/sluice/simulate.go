@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/sim"
+)
+
+type checkCmd struct {
+	Config string `required:"" help:"Policy file to validate." type:"path"`
+}
+
+func (c checkCmd) Run(e *env) error {
+	p, err := policy.Load(c.Config)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: %d limits, %d cost rules, version %s: OK\n", c.Config, len(p.Limits), len(p.Costs), p.Version)
+	return nil
+}
+
+type simulateCmd struct {
+	Config  string `help:"Policy file." type:"path"`
+	Trace   string `help:"Trace file, JSON lines ({\"t\": 0.25, \"descriptors\": {...}, \"cost\": 1, \"max_wait_ms\": 0}); - reads stdin."`
+	Plot    string `help:"Draw offered vs admitted requests per second and tokens remaining to this .png or .svg file."`
+	Compare string `help:"Replay under each of these algorithms (comma-separated: token_bucket,sliding_window,fixed_window) at the same capacity and rate, and plot them side by side."`
+	Out     string `help:"Write the output (outcomes, or a generated trace) to this file instead of stdout." type:"path"`
+
+	Generate   string            `help:"Write an example trace instead of simulating: pulse, steady or burst." enum:",pulse,steady,burst" default:""`
+	N          int               `help:"pulse: requests at t=0; burst: requests per burst." default:"1000"`
+	Rate       float64           `help:"steady: requests per second." default:"25"`
+	Duration   time.Duration     `help:"steady, burst: length of the trace." default:"30s"`
+	Period     time.Duration     `help:"burst: time between bursts." default:"5s"`
+	MaxWait    time.Duration     `help:"max_wait_ms of every generated request." default:"0s"`
+	Descriptor map[string]string `help:"Descriptors of every generated request (name=value; repeatable)."`
+}
+
+func (c simulateCmd) Run(e *env) error {
+	if c.Generate != "" {
+		return c.generate(e)
+	}
+	if c.Config == "" || c.Trace == "" {
+		return errors.New("simulate needs --config and --trace (or --generate)")
+	}
+	p, err := policy.Load(c.Config)
+	if err != nil {
+		return err
+	}
+	var in io.Reader = e.stdin
+	if c.Trace != "-" {
+		f, err := os.Open(c.Trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	evs, err := sim.ReadTrace(in)
+	if err != nil {
+		return err
+	}
+	algos := []string{""}
+	if c.Compare != "" {
+		algos = strings.Split(c.Compare, ",")
+	}
+	var runs []sim.Named
+	var out bytes.Buffer
+	for _, a := range algos {
+		pp, name := p, "policy"
+		if a != "" {
+			a = strings.TrimSpace(a)
+			if pp, err = sim.As(p, a); err != nil {
+				return err
+			}
+			name = a
+		}
+		rep, err := sim.Run(pp, evs)
+		if err != nil {
+			return err
+		}
+		if a != "" {
+			for i := range rep.Outcomes {
+				rep.Outcomes[i].Algorithm = a
+			}
+		}
+		if err := sim.WriteOutcomes(&out, rep.Outcomes); err != nil {
+			return err
+		}
+		runs = append(runs, sim.Named{Name: name, Report: rep})
+	}
+	if c.Plot != "" {
+		if err := sim.Plot(c.Plot, runs); err != nil {
+			return err
+		}
+	}
+	if err := c.write(e, out.Bytes()); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		s := r.Report.Summary
+		fmt.Fprintf(e.stderr, "%s: offered %d, admitted %d, rejected %d, peak admitted %d/s\n", r.Name, s.Offered, s.Admitted, s.Rejected, s.PeakAdmittedPerS)
+		names := make([]string, 0, len(s.RejectedPerLimit))
+		for n := range s.RejectedPerLimit {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(e.stderr, "  rejected by %s: %d\n", n, s.RejectedPerLimit[n])
+		}
+	}
+	return nil
+}
+
+func (c simulateCmd) generate(e *env) error {
+	evs, err := sim.Generate(c.Generate, sim.GenerateOptions{
+		N: c.N, Rate: c.Rate, Duration: c.Duration.Seconds(), Period: c.Period.Seconds(),
+		MaxWaitMS: c.MaxWait.Milliseconds(), Descriptors: c.Descriptor,
+	})
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	for _, ev := range evs {
+		b, _ := jsonLine(ev)
+		out.Write(b)
+	}
+	return c.write(e, out.Bytes())
+}
+
+// write puts the whole output in place at once: a file is written to a
+// temporary name and renamed, so nothing is half-written.
+func (c simulateCmd) write(e *env, b []byte) error {
+	if c.Out == "" {
+		_, err := e.stdout.Write(b)
+		return err
+	}
+	tmp := c.Out + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, c.Out)
+}
