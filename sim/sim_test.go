@@ -63,7 +63,10 @@ func TestPulseExperiment(t *testing.T) {
 		}
 		return m
 	}
-	conv := func(r interface{ Len() int; XY(int) (float64, float64) }) []struct{ X, Y float64 } {
+	conv := func(r interface {
+		Len() int
+		XY(int) (float64, float64)
+	}) []struct{ X, Y float64 } {
 		out := make([]struct{ X, Y float64 }, r.Len())
 		for i := range out {
 			out[i].X, out[i].Y = r.XY(i)
@@ -91,13 +94,13 @@ func TestPulseExperiment(t *testing.T) {
 
 func TestReadTraceErrorsNameTheLine(t *testing.T) {
 	for src, want := range map[string]string{
-		"{\"t\": 0}\n{\"t\": 1,}\n":                      "trace line 2:",
-		"{\"t\": 1}\n{\"t\": 0.5}\n":                     "trace line 2: t 0.5 goes back in time",
-		"{\"t\": 0, \"cost\": -1}\n":                     "trace line 1: cost -1 is negative",
-		"{\"t\": -1}\n":                                  "trace line 1: t -1",
-		"{\"t\": 0, \"colour\": 1}\n":                    `trace line 1: json: unknown field "colour"`,
-		"{\"t\": 0}\n\n{\"t\": 0, \"max_wait_ms\": -5}\n": "trace line 3: max_wait_ms -5 is negative",
-		"{\"t\": 0} {\"t\": 1}\n":                        "trace line 1: more than one JSON value",
+		"{\"t\": 0}\n{\"t\": 1,}\n":                          "trace line 2:",
+		"{\"t\": 1}\n{\"t\": 0.5}\n":                         "trace line 2: t 0.5 goes back in time",
+		"{\"t\": 0, \"cost\": -1}\n":                         "trace line 1: cost -1 is negative",
+		"{\"t\": -1}\n":                                      "trace line 1: t -1",
+		"{\"t\": 0, \"colour\": 1}\n":                        `trace line 1: json: unknown field "colour"`,
+		"{\"t\": 0}\n\n{\"t\": 0, \"max_wait_ms\": -5}\n":    "trace line 3: max_wait_ms -5 is negative",
+		"{\"t\": 0} {\"t\": 1}\n":                            "trace line 1: more than one JSON value",
 		"{\"t\": 0}\n" + strings.Repeat("x", sim.MaxLine+10): "trace line 2: longer than",
 	} {
 		if _, err := sim.ReadTrace(strings.NewReader(src)); err == nil || !strings.Contains(err.Error(), want) {
