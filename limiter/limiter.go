@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -126,11 +127,22 @@ type Limiter struct {
 	logs       *bucket.Bucket
 	suppressed atomic.Int64
 	m          metrics
+	checks     atomic.Uint64 // samples the latency of one check in 8
+	bufs       sync.Pool     // *buffers
+}
+
+// buffers are a Check's scratch space, reused across calls.
+type buffers struct {
+	items []store.Item
+	key   []byte
 }
 
 type compiled struct {
-	p     *policy.Policy
-	specs []*store.Spec // per policy limit
+	p      *policy.Policy
+	specs  []*store.Spec // per policy limit
+	prefix []string      // per limit: "name:", the store key's prefix
+	// counters per limit, [admitted, rejected][original, retry]
+	counters [][2][2]prometheus.Counter
 }
 
 type metrics struct {
@@ -148,9 +160,7 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 	for _, o := range opts {
 		o(l)
 	}
-	if err := l.SetPolicy(p); err != nil {
-		return nil, err
-	}
+	l.bufs.New = func() any { return &buffers{items: make([]store.Item, 0, 8), key: make([]byte, 0, 128)} }
 	l.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
 	l.m = metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -165,6 +175,9 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total", Help: "Checks that failed because the store failed.",
 		}),
+	}
+	if err := l.SetPolicy(p); err != nil {
+		return nil, err
 	}
 	if l.reg != nil {
 		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors}
@@ -187,9 +200,16 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 // SetPolicy replaces the policy at once. Buckets of limits whose name and
 // parameters are unchanged keep their state (their keys do not change).
 func (l *Limiter) SetPolicy(p *policy.Policy) error {
-	c := &compiled{p: p, specs: make([]*store.Spec, len(p.Limits))}
+	c := &compiled{p: p, specs: make([]*store.Spec, len(p.Limits)), prefix: make([]string, len(p.Limits)),
+		counters: make([][2][2]prometheus.Counter, len(p.Limits))}
 	old := l.compiled.Load()
 	for i, lim := range p.Limits {
+		c.prefix[i] = lim.Name + ":"
+		for r, result := range []string{"admitted", "rejected"} {
+			for a, attempt := range []string{"original", "retry"} {
+				c.counters[i][r][a] = l.m.decisions.WithLabelValues(lim.Name, result, attempt)
+			}
+		}
 		if old != nil {
 			if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
 				c.specs[i] = old.specs[j]
@@ -246,7 +266,11 @@ func specOf(lim *policy.Limit) (*store.Spec, error) {
 // not an error; errors are for bad requests (sluice.ErrInvalidCost, a
 // *CostError) and store failures.
 func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
-	start := time.Now()
+	var start time.Time
+	timed := l.checks.Add(1)%8 == 0 // the latency histogram samples one check in 8
+	if timed {
+		start = time.Now()
+	}
 	c := l.compiled.Load()
 	if req.Cost < 0 {
 		return Result{}, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
@@ -255,13 +279,18 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 	if cost == 0 {
 		cost = c.p.Cost(req.Descriptors)
 	}
-	var items []store.Item
+	buf := l.bufs.Get().(*buffers)
+	defer l.bufs.Put(buf)
+	items := buf.items[:0]
 	var limits []LimitStatus
+	var idx [16]int // policy index of each item (limits beyond 16 use the slice below)
+	which := idx[:0]
 	for i, lim := range c.p.Limits {
-		key, ok := lim.Match(req.Descriptors)
+		k, ok := lim.AppendKey(append(buf.key[:0], c.prefix[i]...), req.Descriptors)
 		if !ok {
 			continue
 		}
+		buf.key = k[:0]
 		itemCost := cost
 		if lim.Kind == policy.Concurrency {
 			itemCost = 1
@@ -272,20 +301,26 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 		if req.Peek {
 			itemCost = 0
 		}
-		items = append(items, store.Item{Key: lim.Name + ":" + key, Spec: c.specs[i], Cost: itemCost})
+		full := string(k)
+		items = append(items, store.Item{Key: full, Spec: c.specs[i], Cost: itemCost})
+		which = append(which, i)
+		if limits == nil {
+			limits = make([]LimitStatus, 0, len(c.p.Limits))
+		}
 		limits = append(limits, LimitStatus{
-			Name: lim.Name, Key: key, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
+			Name: lim.Name, Key: full[len(c.prefix[i]):], Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
 			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost,
 		})
 	}
+	buf.items = items[:0]
 	res := Result{Allowed: true, Limits: limits, Cost: cost}
 	if len(items) == 0 {
-		l.observe(res, req, time.Since(start))
+		l.observe(c, nil, res, req, start, timed)
 		return res, nil
 	}
-	deadline := time.Time{}
+	var deadline time.Time
 	if req.MaxWait > 0 {
-		deadline = start.Add(req.MaxWait)
+		deadline = time.Now().Add(req.MaxWait)
 	}
 	for {
 		r, err := l.st.Take(ctx, items)
@@ -295,7 +330,8 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 			return Result{}, fmt.Errorf("limiter: %w", err)
 		}
 		res.Allowed, res.Lease, res.RetryAfter = r.Allowed, r.Lease, 0
-		for i, d := range r.Decisions {
+		for i := range items {
+			d := items[i].Decision
 			st := &res.Limits[i]
 			st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
 			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
@@ -307,7 +343,8 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 			break // ctx ended: report the refusal
 		}
 	}
-	l.observe(res, req, time.Since(start))
+	clear(items) // drop the key strings from the pooled buffer
+	l.observe(c, which, res, req, start, timed)
 	return res, nil
 }
 
@@ -330,18 +367,20 @@ func (l *Limiter) Release(ctx context.Context, lease store.Lease) error {
 	return l.st.Release(ctx, lease)
 }
 
-func (l *Limiter) observe(res Result, req Request, took time.Duration) {
-	l.m.latency.Observe(took.Seconds())
-	attempt := "original"
-	if req.Retry {
-		attempt = "retry"
+func (l *Limiter) observe(c *compiled, which []int, res Result, req Request, start time.Time, timed bool) {
+	if timed {
+		l.m.latency.Observe(time.Since(start).Seconds())
 	}
-	for _, st := range res.Limits {
-		result := "admitted"
+	attempt := 0
+	if req.Retry {
+		attempt = 1
+	}
+	for j, st := range res.Limits {
+		result := 0
 		if !st.Allowed {
-			result = "rejected"
+			result = 1
 		}
-		l.m.decisions.WithLabelValues(st.Name, result, attempt).Inc()
+		c.counters[which[j]][result][attempt].Inc()
 		if !st.Allowed {
 			l.logf(slog.LevelInfo, "rate limit: request refused",
 				slog.String("limiter", st.Name), slog.String("result", "rejected"),

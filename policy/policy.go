@@ -611,39 +611,53 @@ func parseKey(t string) ([]keyPart, []string, error) {
 // replaced by the descriptor's value (with "%" and ":" escaped, so that
 // distinct descriptor sets never share a key).
 func (l *Limit) Match(desc map[string]string) (string, bool) {
+	b, ok := l.AppendKey(nil, desc)
+	return string(b), ok
+}
+
+// AppendKey is Match appending the key to dst (no allocation when dst has
+// room); on false dst is returned unchanged.
+func (l *Limit) AppendKey(dst []byte, desc map[string]string) ([]byte, bool) {
 	if !matches(l.When, desc) {
-		return "", false
+		return dst, false
 	}
-	var b strings.Builder
+	n := len(dst)
 	for _, p := range l.params {
 		if p.name == "" {
-			b.WriteString(p.lit)
+			dst = append(dst, p.lit...)
 			continue
 		}
 		val, ok := desc[p.name]
 		if !ok {
-			return "", false
+			return dst[:n], false
 		}
-		escapeTo(&b, val)
+		dst = appendEscaped(dst, val)
 	}
-	return b.String(), true
+	return dst, true
 }
 
-func escapeTo(b *strings.Builder, s string) {
-	if !strings.ContainsAny(s, "%:") {
-		b.WriteString(s)
-		return
+func appendEscaped(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' || s[i] == ':' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return append(b, s...)
 	}
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case '%':
-			b.WriteString("%25")
+			b = append(b, "%25"...)
 		case ':':
-			b.WriteString("%3A")
+			b = append(b, "%3A"...)
 		default:
-			b.WriteByte(s[i])
+			b = append(b, s[i])
 		}
 	}
+	return b
 }
 
 // Cost returns the cost of a request with these descriptors: the first

@@ -66,22 +66,23 @@ func (s *Spec) Capacity() int64 {
 
 // Item is one bucket a request needs: its full key (unique per limit), its
 // spec, and the cost to take. Cost 0 peeks. A Concurrency item takes one
-// slot whatever its cost (0 peeks).
+// slot whatever its cost (0 peeks). Take writes the item's decision into
+// Decision (so that a decision costs no allocation).
 type Item struct {
 	Key  string
 	Spec *Spec
 	Cost int64
+	// Decision is set by Take. For a refused request an item that could
+	// have admitted reports Allowed true: the refused items say why.
+	Decision sluice.Decision
 }
 
 // Result is the outcome of Take.
 type Result struct {
 	// Allowed is true when every item was admitted (and all took their
-	// cost); false when any was refused (and none took anything).
+	// cost); false when any was refused (and none took anything). Each
+	// item's own decision is in its Decision field.
 	Allowed bool
-	// Decisions has one decision per item, in order. For a refused request
-	// an item that could have admitted reports Allowed true: it is the
-	// refused items that say why.
-	Decisions []sluice.Decision
 	// Lease identifies the slots taken by Concurrency items; release it
 	// with Release. Empty when there were none.
 	Lease Lease

@@ -70,7 +70,7 @@ type Store struct {
 
 type shard struct {
 	mu     sync.Mutex
-	m      map[string]entry
+	m      map[string]*entry
 	leases map[string]*slots
 	ops    uint32
 	_      [40]byte
@@ -105,7 +105,7 @@ func New(opts ...Option) *Store {
 	rand.Read(b[:])
 	s.leaseBase = strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36) + "-"
 	for i := range s.shards {
-		s.shards[i].m = map[string]entry{}
+		s.shards[i].m = map[string]*entry{}
 		s.shards[i].leases = map[string]*slots{}
 	}
 	return s
@@ -116,15 +116,23 @@ func (s *Store) Stats() store.Stats {
 	return store.Stats{Keys: s.keys.Load(), Evictions: s.evictions.Load()}
 }
 
-// now returns ns since t0 (monotonic) and the wall time in Unix ns.
+// now returns ns since t0 (monotonic) and, with a Clock, the wall time in
+// Unix ns (else 0: wall computes it when a window needs it).
 func (s *Store) now() (int64, int64) {
-	var t time.Time
 	if s.clock != nil {
-		t = s.clock.Now()
-	} else {
-		t = time.Now()
+		t := s.clock.Now()
+		return int64(t.Sub(s.t0)), t.UnixNano()
 	}
-	return int64(t.Sub(s.t0)), t.UnixNano()
+	return int64(time.Since(s.t0)), 0
+}
+
+// wall returns the wall time of d: window boundaries follow the wall clock
+// (t0's wall reading plus the monotonic time elapsed since).
+func (s *Store) wall(w, d int64) int64 {
+	if w != 0 || s.clock != nil {
+		return w
+	}
+	return s.t0.UnixNano() + d
 }
 
 func (s *Store) shardOf(key string) int {
@@ -140,19 +148,25 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		return store.Result{}, err
 	}
 	d, wall := s.now()
-	// Lock every shard involved, in ascending order.
-	var idx [8]int
-	sh := idx[:0]
+	// Each item's shard, and every shard involved locked in ascending order.
+	var shBuf, lockBuf [8]int
+	var entBuf [8]*entry
+	var nextBuf [8]entry
+	itemShard, locked, ents, next := shBuf[:0], lockBuf[:0], entBuf[:0], nextBuf[:0]
 	for _, it := range items {
-		sh = append(sh, s.shardOf(it.Key))
+		itemShard = append(itemShard, s.shardOf(it.Key))
+		ents = append(ents, nil)
+		next = append(next, entry{})
 	}
-	sort.Ints(sh)
-	locked := sh[:0]
-	for i, x := range sh {
-		if i == 0 || x != sh[i-1] {
-			locked = append(locked, x)
+	locked = append(locked, itemShard...)
+	sort.Ints(locked)
+	u := locked[:0]
+	for i, x := range locked {
+		if i == 0 || x != locked[i-1] {
+			u = append(u, x)
 		}
 	}
+	locked = u
 	for _, x := range locked {
 		s.shards[x].mu.Lock()
 	}
@@ -162,33 +176,35 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		}
 	}()
 
-	res := store.Result{Allowed: true, Decisions: make([]sluice.Decision, len(items))}
-	next := make([]entry, len(items))
-	isNew := make([]bool, len(items))
-	for i, it := range items {
-		shd := &s.shards[s.shardOf(it.Key)]
+	res := store.Result{Allowed: true}
+	for i := range items {
+		it := &items[i]
+		shd := &s.shards[itemShard[i]]
 		switch it.Spec.Kind {
 		case store.Concurrency:
-			res.Decisions[i] = s.peekSlots(shd, it, d)
+			it.Decision = s.peekSlots(shd, *it, d)
 		default:
-			e, ok := shd.m[it.Key]
-			if !ok {
-				if len(shd.m)+len(shd.leases) >= s.perShard && !s.makeRoom(shd, d) {
-					return store.Result{}, fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, it.Key)
-				}
-				isNew[i] = true
+			e := shd.m[it.Key]
+			if e == nil && len(shd.m)+len(shd.leases) >= s.perShard && !s.makeRoom(shd, d) {
+				return store.Result{}, fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, it.Key)
 			}
-			next[i], res.Decisions[i] = step(it, e, ok, d, wall)
+			ents[i] = e
+			var cur entry
+			if e != nil {
+				cur = *e
+			}
+			next[i], it.Decision = step(*it, cur, e != nil, d, s.wall(wall, d))
 		}
-		if !res.Decisions[i].Allowed {
+		if !it.Decision.Allowed {
 			res.Allowed = false
 		}
 	}
 	if !res.Allowed {
 		return res, nil
 	}
-	for i, it := range items {
-		shd := &s.shards[s.shardOf(it.Key)]
+	for i := range items {
+		it := &items[i]
+		shd := &s.shards[itemShard[i]]
 		if it.Spec.Kind == store.Concurrency {
 			if it.Cost == 0 {
 				continue
@@ -207,13 +223,14 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			res.Lease.Keys = append(res.Lease.Keys, it.Key)
 			continue
 		}
-		if it.Cost == 0 && isNew[i] {
-			continue // a peek creates nothing
-		}
-		if isNew[i] {
+		switch {
+		case ents[i] != nil:
+			*ents[i] = next[i] // in place: no second map operation
+		case it.Cost > 0: // a peek creates nothing
+			e := next[i]
+			shd.m[it.Key] = &e
 			s.keys.Add(1)
 		}
-		shd.m[it.Key] = next[i]
 	}
 	for _, x := range locked {
 		s.sweep(&s.shards[x], d)
@@ -309,13 +326,18 @@ func (sl *slots) prune(d int64) {
 	sl.ids, sl.exp = sl.ids[:j], sl.exp[:j]
 }
 
-// sweep evicts a few idle keys of a shard every 32 operations.
+// idleGrace is how long a key stays idle before a routine sweep evicts it:
+// a hot key that refills within nanoseconds would otherwise be deleted and
+// re-inserted all the time. (Making room under the cap takes any idle key.)
+const idleGrace = int64(10 * time.Second)
+
+// sweep evicts a few long-idle keys of a shard every 32 operations.
 func (s *Store) sweep(shd *shard, d int64) {
 	shd.ops++
 	if shd.ops%32 != 0 {
 		return
 	}
-	s.evict(shd, d, 16)
+	s.evict(shd, d-idleGrace, 16)
 }
 
 // makeRoom evicts idle keys from a full shard; it reports whether there is
@@ -325,6 +347,7 @@ func (s *Store) makeRoom(shd *shard, d int64) bool {
 	return len(shd.m)+len(shd.leases) < s.perShard
 }
 
+// evict deletes keys idle at time d, examining at most budget of them.
 func (s *Store) evict(shd *shard, d int64, budget int) {
 	if s.noEvict {
 		return
