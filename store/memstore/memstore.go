@@ -177,6 +177,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}()
 
 	res := store.Result{Allowed: true}
+	roomMade := false // makeRoom may have evicted an entry an earlier item holds
 	for i := range items {
 		it := &items[i]
 		shd := &s.shards[itemShard[i]]
@@ -185,8 +186,11 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			it.Decision = s.peekSlots(shd, *it, d)
 		default:
 			e := shd.m[it.Key]
-			if e == nil && len(shd.m)+len(shd.leases) >= s.perShard && !s.makeRoom(shd, d) {
-				return store.Result{}, fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, it.Key)
+			if e == nil && it.Cost > 0 && len(shd.m)+len(shd.leases) >= s.perShard { // a peek creates nothing
+				roomMade = true
+				if !s.makeRoom(shd, d) {
+					return store.Result{}, fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, it.Key)
+				}
 			}
 			ents[i] = e
 			var cur entry
@@ -224,12 +228,16 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			continue
 		}
 		switch {
-		case ents[i] != nil:
+		case ents[i] != nil && !roomMade:
 			*ents[i] = next[i] // in place: no second map operation
-		case it.Cost > 0: // a peek creates nothing
-			e := next[i]
-			shd.m[it.Key] = &e
-			s.keys.Add(1)
+		case ents[i] != nil || it.Cost > 0: // a peek creates nothing
+			if cur := shd.m[it.Key]; cur != nil {
+				*cur = next[i]
+			} else {
+				e := next[i]
+				shd.m[it.Key] = &e
+				s.keys.Add(1)
+			}
 		}
 	}
 	for _, x := range locked {

@@ -110,3 +110,33 @@ func TestBytesPerKey(t *testing.T) {
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(s)
 }
+
+// Making room for a new key may evict an idle key that the same request
+// also takes from; what that request took must not be lost.
+func TestRoomMadeKeepsTheRequestsOwnTake(t *testing.T) {
+	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1})
+	for try := range 1000 {
+		c := sluice.NewManualClock(storetest.Epoch)
+		s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(64)) // one key per shard
+		a := store.Item{Key: "a", Spec: sp, Cost: 1}
+		if _, err := s.Take(context.Background(), []store.Item{a}); err != nil {
+			t.Fatal(err)
+		}
+		c.Advance(time.Minute) // a is full again: idle
+		a.Cost = 5
+		_, err := s.Take(context.Background(), []store.Item{a, {Key: fmt.Sprint("b", try), Spec: sp, Cost: 1}})
+		if errors.Is(err, store.ErrFull) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		peek := []store.Item{{Key: "a", Spec: sp}}
+		if _, err := s.Take(context.Background(), peek); err != nil {
+			t.Fatal(err)
+		}
+		if peek[0].Decision.Remaining != 0 {
+			t.Fatalf("try %d: a took 5 but holds %d", try, peek[0].Decision.Remaining)
+		}
+	}
+}

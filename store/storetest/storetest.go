@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore Factory) {
 		"AllOrNothing":         testAllOrNothing,
 		"RetryAfterIsTheMax":   testRetryAfterMax,
 		"SlidingWindow":        testSlidingWindow,
+		"FixedWindow":          testFixedWindow,
 		"Concurrency":          testConcurrency,
 		"PeekTakesNothing":     testPeek,
 		"InvalidItems":         testInvalid,
@@ -165,6 +166,26 @@ func testSlidingWindow(t *testing.T, f Factory) {
 	c.Advance(1100 * time.Millisecond)
 	if !take(t, s, it).Allowed {
 		t.Fatal("refused after RetryAfter")
+	}
+}
+
+// The fixed window (a baseline) resets at each boundary: twice its limit
+// passes across one.
+func testFixedWindow(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	c.Set(Epoch.Add(900 * time.Millisecond))
+	sp := &store.Spec{Kind: store.FixedWindow, Window: window.Limit{Limit: 5, Window: time.Second}}
+	it := store.Item{Key: "f", Spec: sp, Cost: 5}
+	if !take(t, s, it).Allowed {
+		t.Fatal("first five refused")
+	}
+	r := take(t, s, store.Item{Key: "f", Spec: sp, Cost: 1})
+	if r.Allowed || r.Decisions[0].RetryAfter != 100*time.Millisecond {
+		t.Fatalf("sixth: %+v", r)
+	}
+	c.Advance(100 * time.Millisecond)
+	if !take(t, s, it).Allowed {
+		t.Fatal("next window refused")
 	}
 }
 
