@@ -174,15 +174,16 @@ func BenchmarkCheck(b *testing.B) {
 						b.ReportAllocs()
 						b.ResetTimer()
 						if !par {
-							i := 0
+							i, refused := 0, 0
 							for b.Loop() {
 								if !k.check(i) {
-									b.Fatal("refused")
+									refused++ // go-limiter refuses some with 3 limits: counted, not hidden
 								}
 								if i++; i == keys {
 									i = 0
 								}
 							}
+							b.ReportMetric(float64(refused)/float64(b.N), "refused/op")
 							return
 						}
 						var next atomic.Int64
