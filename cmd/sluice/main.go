@@ -1,6 +1,7 @@
 // Command sluice is the sluice rate limiter's command-line program.
 //
 //	sluice                     replay SPEC's worked vectors (demo)
+//	sluice serve --config F    run the service (HTTP/JSON API, in memory)
 //	sluice check --config F    validate a policy file; non-zero exit with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
 //	sluice version
@@ -21,6 +22,7 @@ var version = "dev"
 
 type cli struct {
 	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
+	Serve    serveCmd    `cmd:"" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
 	Check    checkCmd    `cmd:"" help:"Validate a policy file; exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
 	Version  versionCmd  `cmd:"" help:"Print the version."`

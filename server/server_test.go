@@ -1,0 +1,269 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+const src = `
+limits:
+  - name: global
+    key: "global"
+    capacity: 1000
+    refill_per_second: 1
+  - name: tenant_api
+    key: "tenant:{tenant}"
+    capacity: 3
+    refill_per_second: 0.5
+  - name: tools
+    key: "api_key:{api_key}"
+    max_in_flight: 1
+    lease_ttl: 30s
+costs:
+  - when: {route: "/search"}
+    cost: 2
+`
+
+func newServer(t *testing.T, mutate func(*server.Config)) *httptest.Server {
+	t.Helper()
+	p, err := policy.Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0)) // frozen: exact figures
+	l, err := limiter.New(p, memstore.New(memstore.WithClock(clock)), limiter.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.Config{Limiter: l, Gatherer: reg}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler()) // a real listener on loopback
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func post(t *testing.T, ts *httptest.Server, path, body string, hdr ...string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("body %q: %v", b, err)
+	}
+	return resp, m
+}
+
+func TestCheckAdmitsThenRefusesWithHeaders(t *testing.T) {
+	ts := newServer(t, nil)
+	body := `{"descriptors": {"tenant": "acme"}, "cost": 1}`
+	for i := range 3 {
+		resp, m := post(t, ts, "/v1/check", body)
+		if resp.StatusCode != 200 || m["allowed"] != true {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+	resp, m := post(t, ts, "/v1/check", body)
+	if resp.StatusCode != 429 || m["allowed"] != false || m["retry_after_ms"] != 2000.0 {
+		t.Fatalf("fourth: %d %v", resp.StatusCode, m)
+	}
+	if got := resp.Header.Get("Retry-After"); got != "2" {
+		t.Fatalf("Retry-After %q", got)
+	}
+	if got := resp.Header.Get("RateLimit"); got != `"tenant_api";r=0;t=2` {
+		t.Fatalf("RateLimit %q", got)
+	}
+	if got := resp.Header.Get("RateLimit-Policy"); got != `"tenant_api";q=3;w=6` {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+	limits := m["limits"].([]any)
+	ten := limits[1].(map[string]any)
+	for k, want := range map[string]any{"name": "tenant_api", "key": "tenant:acme", "capacity": 3.0, "refill_per_second": 0.5,
+		"tokens_remaining": 0.0, "token_cost": 1.0, "allowed": false, "retry_after_ms": 2000.0, "reset_after_ms": 6000.0} {
+		if ten[k] != want {
+			t.Errorf("%s = %v, want %v", k, ten[k], want)
+		}
+	}
+	// The refusal took nothing from global (all or nothing).
+	_, m = post(t, ts, "/v1/check", `{"descriptors": {}, "cost": 0}`)
+	if g := m["limits"].([]any)[0].(map[string]any); g["tokens_remaining"] != 997.0 {
+		t.Fatalf("global %v", g)
+	}
+}
+
+func TestPolicyCostAndPeek(t *testing.T) {
+	ts := newServer(t, nil)
+	_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "t", "route": "/search"}}`)
+	if ten := m["limits"].([]any)[1].(map[string]any); ten["token_cost"] != 2.0 || ten["tokens_remaining"] != 1.0 {
+		t.Fatalf("policy cost: %v", ten)
+	}
+	for range 3 {
+		_, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "t"}, "cost": 0}`)
+	}
+	if ten := m["limits"].([]any)[1].(map[string]any); ten["tokens_remaining"] != 1.0 {
+		t.Fatalf("peeks consumed: %v", ten)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ts := newServer(t, func(c *server.Config) { c.MaxBodyBytes = 256 })
+	for body, want := range map[string][2]string{
+		`{"descriptors": {"tenant": "a"}`:                            {"400", "bad_json"},
+		`{"descriptors": {"tenant": "a"}, "colour": 1}`:              {"400", "bad_json"},
+		`{"descriptors": {"tenant": "a"}} {}`:                        {"400", "bad_json"},
+		`{"cost": 1}`:                                                {"400", "bad_request"},
+		`{"descriptors": {"tenant": "a"}, "cost": -1}`:               {"400", "bad_request"},
+		`{"descriptors": {"tenant": "a"}, "max_wait_ms": -5}`:        {"400", "bad_request"},
+		`{"descriptors": {"tenant": "a"}, "cost": "3"}`:              {"400", "bad_json"},
+		`{"descriptors": {"tenant": "a"}, "cost": 4}`:                {"422", "cost_exceeds_capacity"},
+		`{"descriptors": {"x": "` + strings.Repeat("y", 300) + `"}}`: {"413", "body_too_large"},
+		`[]`: {"400", "bad_json"},
+		``:   {"400", "bad_json"},
+	} {
+		resp, m := post(t, ts, "/v1/check", body)
+		if got := resp.Status[:3]; got != want[0] || m["code"] != want[1] || m["error"] == "" {
+			t.Errorf("%.50q: %s %v, want %v", body, resp.Status, m, want)
+		}
+		if want[1] == "cost_exceeds_capacity" && m["limit"] != "tenant_api" {
+			t.Errorf("the cost error must name the limit: %v", m)
+		}
+	}
+	// Nothing was taken by any of them.
+	_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "a"}, "cost": 0}`)
+	if ten := m["limits"].([]any)[1].(map[string]any); ten["tokens_remaining"] != 3.0 {
+		t.Fatalf("bad requests consumed: %v", ten)
+	}
+}
+
+// A retried request with the same request_id is not charged twice, even
+// when the retries race.
+func TestRequestIDIdempotent(t *testing.T) {
+	ts := newServer(t, nil)
+	body := `{"descriptors": {"tenant": "idem"}, "cost": 2, "request_id": "r-1"}`
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, m := post(t, ts, "/v1/check", body); resp.StatusCode != 200 || m["allowed"] != true {
+				t.Errorf("%d %v", resp.StatusCode, m)
+			}
+		}()
+	}
+	wg.Wait()
+	_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "idem"}, "cost": 0}`)
+	if ten := m["limits"].([]any)[1].(map[string]any); ten["tokens_remaining"] != 1.0 {
+		t.Fatalf("charged more than once: %v", ten)
+	}
+	if resp, _ := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "idem"}, "cost": 2, "request_id": "r-2"}`); resp.StatusCode != 429 {
+		t.Fatalf("a new request_id is a new request: %d", resp.StatusCode)
+	}
+}
+
+func TestLeasesAndRelease(t *testing.T) {
+	ts := newServer(t, nil)
+	resp, m := post(t, ts, "/v1/check", `{"descriptors": {"api_key": "k"}}`)
+	lease, _ := m["lease"].(string)
+	if resp.StatusCode != 200 || lease == "" {
+		t.Fatalf("%d %v", resp.StatusCode, m)
+	}
+	if resp, _ := post(t, ts, "/v1/check", `{"descriptors": {"api_key": "k"}}`); resp.StatusCode != 429 {
+		t.Fatalf("second in flight: %d", resp.StatusCode)
+	}
+	if resp, m := post(t, ts, "/v1/release", `{"lease": "`+lease+`"}`); resp.StatusCode != 200 || m["released"] != true {
+		t.Fatalf("release: %d %v", resp.StatusCode, m)
+	}
+	if resp, _ := post(t, ts, "/v1/check", `{"descriptors": {"api_key": "k"}}`); resp.StatusCode != 200 {
+		t.Fatalf("after release: %d", resp.StatusCode)
+	}
+	for _, bad := range []string{`{"lease": "!!"}`, `{"lease": ""}`, `{"lease": "e30"}`, `{"leas": "x"}`} {
+		if resp, m := post(t, ts, "/v1/release", bad); resp.StatusCode != 400 {
+			t.Errorf("%s: %d %v", bad, resp.StatusCode, m)
+		}
+	}
+}
+
+func TestAuthAndOpenEndpoints(t *testing.T) {
+	ts := newServer(t, func(c *server.Config) { c.AuthToken = "s3cret" })
+	if resp, m := post(t, ts, "/v1/check", `{"descriptors": {}}`); resp.StatusCode != 401 || m["code"] != "unauthorized" {
+		t.Fatalf("no token: %d %v", resp.StatusCode, m)
+	}
+	if resp, _ := post(t, ts, "/v1/check", `{"descriptors": {}}`, "Authorization", "Bearer wrong"); resp.StatusCode != 401 {
+		t.Fatalf("wrong token: %d", resp.StatusCode)
+	}
+	if resp, _ := post(t, ts, "/v1/check", `{"descriptors": {}}`, "Authorization", "Bearer s3cret"); resp.StatusCode != 200 {
+		t.Fatalf("right token: %d", resp.StatusCode)
+	}
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/metrics": "sluice_decisions_total"} {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte(want)) {
+			t.Errorf("%s: %d %.100q", path, resp.StatusCode, b)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/policy", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pol struct {
+		Version string
+		Limits  []struct{ Name, Algorithm string }
+	}
+	json.NewDecoder(resp.Body).Decode(&pol)
+	resp.Body.Close()
+	if len(pol.Version) != 16 || len(pol.Limits) != 3 || pol.Limits[2].Algorithm != "concurrency" {
+		t.Fatalf("policy %+v", pol)
+	}
+}
+
+func FuzzCheckRequest(f *testing.F) {
+	f.Add([]byte(`{"descriptors": {"tenant": "a"}, "cost": 3, "max_wait_ms": 0, "retry": false, "request_id": "x"}`))
+	f.Add([]byte(`{"descriptors": null}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req server.CheckRequest
+		if err := server.DecodeStrict(b, &req); err != nil {
+			return
+		}
+		if req.Validate() == nil {
+			if req.Descriptors == nil || (req.Cost != nil && *req.Cost < 0) || req.MaxWaitMS < 0 {
+				t.Fatalf("invalid request accepted: %+v", req)
+			}
+		}
+		server.DecodeLease(string(b))
+	})
+}
