@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
@@ -306,52 +307,11 @@ func (s *Server) answer(res limiter.Result) *answer {
 		a.status = http.StatusTooManyRequests
 		a.headers.Set("Retry-After", strconv.FormatInt(int64((res.RetryAfter+time.Second-1)/time.Second), 10))
 	}
-	if _, pol, rl, ok := RateLimitFields(res); ok {
+	if pol, rl, ok := httplimit.RateLimitHeaders(res); ok {
 		a.headers.Set("RateLimit-Policy", pol)
 		a.headers.Set("RateLimit", rl)
 	}
 	return a
-}
-
-// RateLimitFields returns the IETF RateLimit-Policy and RateLimit field
-// values (draft-ietf-httpapi-ratelimit-headers, structured-field syntax)
-// for the most constraining limit of a decision: the refused one with the
-// longest wait, else the one with the fewest remaining relative to its
-// capacity. Concurrency limits are not described (they have no window).
-func RateLimitFields(res limiter.Result) (name, policyField, rateLimit string, ok bool) {
-	best := -1
-	for i, st := range res.Limits {
-		if st.Algorithm == "concurrency" {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := res.Limits[best]
-		switch {
-		case !st.Allowed && (b.Allowed || st.RetryAfter > b.RetryAfter):
-			best = i
-		case st.Allowed == b.Allowed && st.Allowed &&
-			float64(st.TokensRemaining)/float64(st.Capacity) < float64(b.TokensRemaining)/float64(b.Capacity):
-			best = i
-		}
-	}
-	if best < 0 {
-		return "", "", "", false
-	}
-	st := res.Limits[best]
-	window := int64(1)
-	if st.RefillPerSecond > 0 {
-		window = max(int64(float64(st.Capacity)/st.RefillPerSecond+0.999999), 1)
-	}
-	reset := (st.ResetAfter + time.Second - 1) / time.Second
-	if !st.Allowed {
-		reset = (st.RetryAfter + time.Second - 1) / time.Second
-	}
-	policyField = fmt.Sprintf("%q;q=%d;w=%d", st.Name, st.Capacity, window)
-	rateLimit = fmt.Sprintf("%q;r=%d;t=%d", st.Name, max(st.TokensRemaining, 0), int64(reset))
-	return st.Name, policyField, rateLimit, true
 }
 
 // EncodeLease makes a lease an opaque string for clients.

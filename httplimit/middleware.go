@@ -1,0 +1,232 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/limiter"
+)
+
+// KeyFunc names a request: the descriptors (tenant, user, client_ip,
+// route, ...) that select the limits that apply. An error refuses the
+// request with 400.
+type KeyFunc func(*http.Request) (map[string]string, error)
+
+// ClientIP returns a KeyFunc setting descriptor "client_ip" to the client's
+// address. The connection's peer is the client unless it is a trusted proxy
+// (one of trusted); then X-Forwarded-For is read from the right, skipping
+// trusted proxies, and the first other address is the client. With no
+// trusted proxies, X-Forwarded-For is ignored (it is the client's to forge).
+func ClientIP(trusted ...netip.Prefix) KeyFunc {
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a.Unmap()) {
+				return true
+			}
+		}
+		return false
+	}
+	return func(r *http.Request) (map[string]string, error) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		peer, err := netip.ParseAddr(host)
+		if err != nil {
+			return nil, fmt.Errorf("client address %q: %v", r.RemoteAddr, err)
+		}
+		client := peer.Unmap()
+		if isTrusted(client) {
+			hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+			for i := len(hops) - 1; i >= 0; i-- {
+				a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+				if err != nil {
+					break // a malformed hop: stop at the last good one
+				}
+				client = a.Unmap()
+				if !isTrusted(client) {
+					break
+				}
+			}
+		}
+		return map[string]string{"client_ip": client.String()}, nil
+	}
+}
+
+// Header returns a KeyFunc setting descriptor to the request header name's
+// value; a missing header is an error when required, else the descriptor
+// is left out (so limits that need it do not apply).
+func Header(name, descriptor string, required bool) KeyFunc {
+	return func(r *http.Request) (map[string]string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			if required {
+				return nil, fmt.Errorf("header %s is required", name)
+			}
+			return map[string]string{}, nil
+		}
+		return map[string]string{descriptor: v}, nil
+	}
+}
+
+// Route returns a KeyFunc setting descriptor "route" to the ServeMux
+// pattern that matched (Go 1.22 patterns), else the URL path.
+func Route() KeyFunc {
+	return func(r *http.Request) (map[string]string, error) {
+		if r.Pattern != "" {
+			return map[string]string{"route": r.Pattern}, nil
+		}
+		return map[string]string{"route": r.URL.Path}, nil
+	}
+}
+
+// Combine merges the descriptors of several KeyFuncs (later ones win).
+func Combine(fs ...KeyFunc) KeyFunc {
+	return func(r *http.Request) (map[string]string, error) {
+		out := map[string]string{}
+		for _, f := range fs {
+			d, err := f(r)
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range d {
+				out[k] = v
+			}
+		}
+		return out, nil
+	}
+}
+
+// MiddlewareOption configures NewMiddleware.
+type MiddlewareOption func(*Middleware)
+
+// WithRequestCost sets each request's cost (default: the policy's).
+func WithRequestCost(f func(*http.Request) int64) MiddlewareOption {
+	return func(m *Middleware) { m.cost = f }
+}
+
+// FailOpen lets requests through when the limiter's store fails (the
+// default is to fail closed: 503).
+func FailOpen() MiddlewareOption { return func(m *Middleware) { m.failOpen = true } }
+
+// WithLogger logs store failures.
+func WithLogger(l *slog.Logger) MiddlewareOption { return func(m *Middleware) { m.log = l } }
+
+// Middleware limits the requests of an http.Handler with a limiter.
+type Middleware struct {
+	l        *limiter.Limiter
+	key      KeyFunc
+	cost     func(*http.Request) int64
+	failOpen bool
+	log      *slog.Logger
+}
+
+// NewMiddleware returns a middleware checking each request against l with
+// the descriptors key gives.
+func NewMiddleware(l *limiter.Limiter, key KeyFunc, opts ...MiddlewareOption) *Middleware {
+	m := &Middleware{l: l, key: key, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Handle wraps next: a refused request gets 429 with Retry-After and the
+// RateLimit/RateLimit-Policy fields; an admitted one gets the fields and
+// reaches next, and the in-flight slots it took (max_in_flight limits) are
+// released when next returns. A request whose cost exceeds a limit's
+// capacity gets 413 (it can never be admitted); a KeyFunc error 400. When
+// the store fails: 503, or next is called anyway with FailOpen.
+func (m *Middleware) Handle(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		desc, err := m.key(r)
+		if err != nil {
+			http.Error(w, "rate limit: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		req := limiter.Request{Descriptors: desc}
+		if m.cost != nil {
+			req.Cost = m.cost(r)
+		}
+		res, err := m.l.Check(r.Context(), req)
+		if err != nil {
+			var ce *limiter.CostError
+			switch {
+			case errors.As(err, &ce):
+				http.Error(w, "rate limit: "+ce.Error(), http.StatusRequestEntityTooLarge)
+			case m.failOpen:
+				m.log.Error("rate limit store failed; letting the request through", "error", err)
+				next.ServeHTTP(w, r)
+			default:
+				m.log.Error("rate limit store failed; refusing", "error", err)
+				http.Error(w, "rate limit: service unavailable", http.StatusServiceUnavailable)
+			}
+			return
+		}
+		if pol, rl, ok := RateLimitHeaders(res); ok {
+			w.Header().Set("RateLimit-Policy", pol)
+			w.Header().Set("RateLimit", rl)
+		}
+		if !res.Allowed {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((res.RetryAfter+time.Second-1)/time.Second), 10))
+			http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+			return
+		}
+		if res.Lease.ID != "" {
+			defer m.l.Release(context.WithoutCancel(r.Context()), res.Lease)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RateLimitHeaders returns the IETF RateLimit-Policy and RateLimit field
+// values (draft-ietf-httpapi-ratelimit-headers, structured-field syntax)
+// for the most constraining limit of a decision: the refused one with the
+// longest wait, else the one with the least remaining relative to its
+// capacity. The policy's window w is the time to refill the capacity;
+// r is the whole tokens left, t the seconds until the limit admits again
+// (refused) or is full again (admitted). Concurrency limits, which have no
+// window, are not described.
+func RateLimitHeaders(res limiter.Result) (policyField, rateLimit string, ok bool) {
+	best := -1
+	for i, st := range res.Limits {
+		if st.Algorithm == "concurrency" || st.Capacity <= 0 {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := res.Limits[best]
+		switch {
+		case !st.Allowed && (b.Allowed || st.RetryAfter > b.RetryAfter):
+			best = i
+		case st.Allowed && b.Allowed &&
+			float64(st.TokensRemaining)/float64(st.Capacity) < float64(b.TokensRemaining)/float64(b.Capacity):
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", "", false
+	}
+	st := res.Limits[best]
+	window := int64(1)
+	if st.RefillPerSecond > 0 {
+		window = max(int64(float64(st.Capacity)/st.RefillPerSecond+0.999999), 1)
+	}
+	wait := st.ResetAfter
+	if !st.Allowed {
+		wait = st.RetryAfter
+	}
+	reset := int64((wait + time.Second - 1) / time.Second)
+	return fmt.Sprintf("%q;q=%d;w=%d", st.Name, st.Capacity, window),
+		fmt.Sprintf("%q;r=%d;t=%d", st.Name, max(st.TokensRemaining, 0), reset), true
+}
