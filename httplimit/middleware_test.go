@@ -158,7 +158,7 @@ func TestClientIPTrustedProxies(t *testing.T) {
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}
 	f := httplimit.ClientIP(trusted...)
 	for _, tc := range []struct{ remote, xff, want string }{
-		{"203.0.113.9:1234", "1.2.3.4", "203.0.113.9"},          // not a proxy: XFF ignored
+		{"203.0.113.9:1234", "1.2.3.4", "203.0.113.9"},            // not a proxy: XFF ignored
 		{"10.1.2.3:80", "198.51.100.7, 10.9.9.9", "198.51.100.7"}, // skip trusted hops from the right
 		{"10.1.2.3:80", "6.6.6.6, 198.51.100.7", "198.51.100.7"},  // the forged left part is not used
 		{"10.1.2.3:80", "", "10.1.2.3"},
