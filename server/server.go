@@ -33,6 +33,7 @@ import (
 // Config configures a Server. Zero values have the documented defaults.
 type Config struct {
 	// Limiter decides; its policy can be swapped at run time (hot reload).
+	// Nil serves only /healthz, /readyz and /metrics (Envoy-config mode).
 	Limiter *limiter.Limiter
 	// Gatherer serves /metrics; nil serves the default registry.
 	Gatherer prometheus.Gatherer
@@ -68,9 +69,6 @@ type Server struct {
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
-	if cfg.Limiter == nil {
-		return nil, errors.New("server: no limiter")
-	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 10
 	}
@@ -93,9 +91,16 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), idem: newIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyKeys)}
-	s.mux.HandleFunc("POST /v1/check", s.auth(s.check))
-	s.mux.HandleFunc("POST /v1/release", s.auth(s.release))
-	s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
+	if cfg.Limiter != nil {
+		s.mux.HandleFunc("POST /v1/check", s.auth(s.check))
+		s.mux.HandleFunc("POST /v1/release", s.auth(s.release))
+		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
+	} else {
+		// Envoy-config mode: decisions are served over gRPC only.
+		s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+			fail(w, http.StatusNotFound, "no_policy", "this service runs Envoy's configuration: use the gRPC RateLimitService")
+		})
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -387,7 +392,7 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Limiter.Policy() == nil {
+	if s.cfg.Limiter != nil && s.cfg.Limiter.Policy() == nil {
 		fail(w, http.StatusServiceUnavailable, "no_policy", "no policy loaded")
 		return
 	}

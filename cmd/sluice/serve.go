@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,13 +11,22 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
@@ -24,8 +34,10 @@ import (
 )
 
 type serveCmd struct {
-	Config        string        `required:"" help:"Policy file (hot-reloaded on SIGHUP and when it changes)." type:"path"`
+	Config        string        `help:"Policy file (hot-reloaded on SIGHUP and when it changes)." type:"path" xor:"config"`
+	EnvoyConfig   string        `help:"Directory of Envoy ratelimit configuration files (*.yaml), served over --grpc instead of a policy." type:"path" xor:"config"`
 	HTTP          string        `default:"127.0.0.1:8080" help:"Address of the HTTP/JSON API."`
+	GRPC          string        `help:"Address of Envoy's RateLimitService v3 over gRPC (off unless given; needs --envoy-config)."`
 	AuthTokenFile string        `help:"File holding a bearer token required on /v1/ endpoints (compared in constant time)." type:"path"`
 	TLSCert       string        `name:"tls-cert" help:"TLS certificate file (with --tls-key)." type:"path"`
 	TLSKey        string        `name:"tls-key" help:"TLS key file." type:"path"`
@@ -39,8 +51,22 @@ type serveCmd struct {
 
 func (c serveCmd) Run(e *env) error {
 	log := slog.New(slog.NewJSONHandler(e.stderr, nil))
-	p, err := policy.Load(c.Config)
-	if err != nil {
+	switch {
+	case c.Config == "" && c.EnvoyConfig == "":
+		return errors.New("serve needs --config (a sluice policy) or --envoy-config (Envoy's format)")
+	case c.GRPC != "" && c.EnvoyConfig == "":
+		return errors.New("--grpc serves Envoy's RateLimitService from --envoy-config; with a sluice policy (--config) it is not built yet")
+	case c.EnvoyConfig != "" && c.GRPC == "":
+		return errors.New("--envoy-config is served over gRPC: give --grpc ADDR")
+	}
+	var p *policy.Policy
+	var envoyCfg *envoyrls.Config
+	var err error
+	if c.Config != "" {
+		if p, err = policy.Load(c.Config); err != nil {
+			return err
+		}
+	} else if envoyCfg, err = envoyrls.LoadDir(c.EnvoyConfig); err != nil {
 		return err
 	}
 	token := ""
@@ -59,9 +85,11 @@ func (c serveCmd) Run(e *env) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	st := memstore.New(memstore.WithMaxKeys(c.MaxKeys))
-	lim, err := limiter.New(p, st, limiter.WithLogger(log), limiter.WithRegisterer(reg))
-	if err != nil {
-		return err
+	var lim *limiter.Limiter
+	if p != nil {
+		if lim, err = limiter.New(p, st, limiter.WithLogger(log), limiter.WithRegisterer(reg)); err != nil {
+			return err
+		}
 	}
 	srv, err := server.New(server.Config{
 		Limiter: lim, Gatherer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait,
@@ -83,7 +111,23 @@ func (c serveCmd) Run(e *env) error {
 			errc <- hs.Serve(ln)
 		}
 	}()
-	log.Info("sluice serving", "http", ln.Addr().String(), "tls", c.TLSCert != "", "policy", c.Config, "version", p.Version, "limits", len(p.Limits))
+	var svc *envoyrls.Service
+	grpcAddr := ""
+	if envoyCfg != nil {
+		svc = envoyrls.NewService(envoyCfg, st)
+		gs, addr, err := startGRPC(c.GRPC, svc, errc)
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		defer gs.GracefulStop()
+		grpcAddr = addr
+	}
+	if p != nil {
+		log.Info("sluice serving", "http", ln.Addr().String(), "tls", c.TLSCert != "", "policy", c.Config, "version", p.Version, "limits", len(p.Limits))
+	} else {
+		log.Info("sluice serving", "http", ln.Addr().String(), "grpc", grpcAddr, "envoy_config", c.EnvoyConfig, "domains", len(envoyCfg.Domains))
+	}
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
@@ -97,8 +141,28 @@ func (c serveCmd) Run(e *env) error {
 		defer t.Stop()
 		tick = t.C
 	}
-	last := p.Source
+	var last []byte
+	if p != nil {
+		last = p.Source
+	} else {
+		last = dirDigest(c.EnvoyConfig)
+	}
 	reload := func(why string) {
+		if envoyCfg != nil {
+			d := dirDigest(c.EnvoyConfig)
+			if why == "file change" && bytes.Equal(d, last) {
+				return
+			}
+			last = d
+			nc, err := envoyrls.LoadDir(c.EnvoyConfig)
+			if err != nil {
+				log.Error("envoy config reload rejected; the old configuration stays in force", "reason", why, "error", err)
+				return
+			}
+			svc.SetConfig(nc)
+			log.Info("envoy config reloaded", "reason", why, "domains", len(nc.Domains))
+			return
+		}
 		src, err := os.ReadFile(c.Config)
 		if err != nil {
 			log.Error("policy reload failed; the old policy stays in force", "reason", why, "error", err)
@@ -139,4 +203,36 @@ func (c serveCmd) Run(e *env) error {
 			return nil
 		}
 	}
+}
+
+// startGRPC serves Envoy's RateLimitService, the gRPC health service and
+// reflection on addr; Serve's error goes to errc.
+func startGRPC(addr string, svc *envoyrls.Service, errc chan<- error) (*grpc.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--grpc: %w", err)
+	}
+	gs := grpc.NewServer()
+	rls.RegisterRateLimitServiceServer(gs, svc)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	go func() { errc <- gs.Serve(ln) }()
+	return gs, ln.Addr().String(), nil
+}
+
+// dirDigest hashes the *.yaml files of dir (names and contents), to notice
+// changes.
+func dirDigest(dir string) []byte {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.y*ml"))
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	return h.Sum(nil)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // binary is the real sluice binary, built once for the black-box tests.
@@ -40,6 +47,7 @@ func TestMain(m *testing.M) {
 type proc struct {
 	cmd  *exec.Cmd
 	addr string
+	grpc string
 	mu   sync.Mutex
 	logs []string
 	done chan error
@@ -91,6 +99,9 @@ func serve(t *testing.T, args ...string) *proc {
 			p.mu.Unlock()
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "sluice serving" {
+				if g, ok := rec["grpc"].(string); ok {
+					p.grpc = g
+				}
 				addr <- rec["http"].(string)
 			}
 		}
@@ -245,5 +256,43 @@ func TestServeAuthAndBadStart(t *testing.T) {
 	cmd.Env = append(os.Environ(), "SLUICE_CONFIG="+bad)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), `field "key"`) {
 		t.Fatalf("SLUICE_CONFIG: %v %s", err, out)
+	}
+}
+
+// Envoy's RateLimitService from Envoy's configuration format, over gRPC,
+// with health checks and reload on file change.
+func TestServeEnvoyGRPC(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "edge.yaml")
+	writePolicy(t, cfg, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per_ip, unit: minute, requests_per_unit: 1}\n")
+	p := serve(t, "--envoy-config", dir, "--grpc", "127.0.0.1:0", "--reload", "100ms")
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rls.NewRateLimitServiceClient(conn)
+	req := &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.1.1.1"}}}}}
+	for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
+		r, err := c.ShouldRateLimit(context.Background(), req)
+		if err != nil || r.OverallCode != want || r.Statuses[0].CurrentLimit.GetName() != "per_ip" {
+			t.Fatalf("call %d: %v %v", i, r, err)
+		}
+	}
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", h, err)
+	}
+	if code, _ := call(t, p, "POST", "/v1/check", `{"descriptors": {}}`); code != 404 {
+		t.Fatalf("HTTP /v1/check in Envoy mode: %d", code)
+	}
+	writePolicy(t, cfg, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: roomier, unit: minute, requests_per_unit: 5}\n")
+	p.waitLog(t, "envoy config reloaded")
+	if r, err := c.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != rls.RateLimitResponse_OK || r.Statuses[0].CurrentLimit.GetName() != "roomier" {
+		t.Fatalf("after reload: %v %v", r, err)
+	}
+	if out, err := exec.Command(binary, "serve", "--envoy-config", dir).CombinedOutput(); err == nil || !strings.Contains(string(out), "--grpc") {
+		t.Fatalf("envoy config without --grpc: %v %s", err, out)
 	}
 }

@@ -1,0 +1,226 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Service implements rls.RateLimitServiceServer over a store.
+type Service struct {
+	rls.UnimplementedRateLimitServiceServer
+	cfg atomic.Pointer[Config]
+	st  store.Store
+}
+
+// NewService serves cfg with state in st.
+func NewService(cfg *Config, st store.Store) *Service {
+	s := &Service{st: st}
+	s.cfg.Store(cfg)
+	return s
+}
+
+// SetConfig replaces the configuration at once (hot reload); buckets of
+// unchanged descriptors keep their state only if their limits are equal.
+func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+
+// MaxDescriptors bounds one request's descriptors, and MaxEntries each
+// descriptor's entries.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = 32
+)
+
+type applied struct {
+	node  *Node
+	key   string
+	hits  int64
+	item  int // index in items, -1 when not taken (no limit, unlimited, shadow, or over capacity)
+	over  bool
+	shade bool
+}
+
+// ShouldRateLimit implements the RateLimitService.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	if len(req.GetDescriptors()) > MaxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors)
+	}
+	cfg := s.cfg.Load()
+	root := cfg.Domains[req.GetDomain()]
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1
+	}
+	ds := make([]applied, len(req.GetDescriptors()))
+	var items, shadow []store.Item
+	index := map[string]int{}    // key -> index in items (merged)
+	shadowIx := map[string]int{} // key -> index in shadow
+	overall := rls.RateLimitResponse_OK
+	for i, d := range req.GetDescriptors() {
+		a := &ds[i]
+		a.item = -1
+		if len(d.GetEntries()) > MaxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(d.GetEntries()), MaxEntries)
+		}
+		a.hits = hits
+		if h := d.GetHitsAddend(); h != nil {
+			if h.GetValue() > math.MaxInt32 {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d too large", i, h.GetValue())
+			}
+			a.hits = int64(h.GetValue()) // 0 peeks
+		}
+		if root == nil {
+			continue
+		}
+		entries := make([][2]string, len(d.GetEntries()))
+		var key strings.Builder
+		key.WriteString(req.GetDomain())
+		for j, e := range d.GetEntries() {
+			entries[j] = [2]string{e.GetKey(), e.GetValue()}
+			fmt.Fprintf(&key, "|%s=%s", escape(e.GetKey()), escape(e.GetValue()))
+		}
+		node := match(root, entries)
+		if node == nil || node.Limit == nil {
+			continue
+		}
+		a.node, a.key = node, key.String()
+		if node.Limit.Unlimited {
+			continue
+		}
+		if a.hits > int64(node.Limit.RequestsPerUnit) {
+			a.over = true // can never be admitted
+			if !node.Shadow {
+				overall = rls.RateLimitResponse_OVER_LIMIT
+			}
+			continue
+		}
+		if node.Shadow {
+			a.shade = true
+			if j, ok := shadowIx[a.key]; ok {
+				shadow[j].Cost = min(shadow[j].Cost+a.hits, shadow[j].Spec.Capacity())
+			} else {
+				shadowIx[a.key] = len(shadow)
+				shadow = append(shadow, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
+			}
+			continue
+		}
+		if j, ok := index[a.key]; ok {
+			items[j].Cost += a.hits
+			if items[j].Cost > items[j].Spec.Capacity() {
+				a.over, overall = true, rls.RateLimitResponse_OVER_LIMIT
+			}
+			a.item = j
+			continue
+		}
+		index[a.key] = len(items)
+		a.item = len(items)
+		items = append(items, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
+	}
+	if len(items) > 0 && overall == rls.RateLimitResponse_OK {
+		r, err := s.st.Take(ctx, items)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "store: %v", err)
+		}
+		if !r.Allowed {
+			overall = rls.RateLimitResponse_OVER_LIMIT
+		}
+	} else if len(items) > 0 {
+		// Over capacity somewhere: peek the others so their statuses are
+		// reported, taking nothing.
+		for j := range items {
+			items[j].Cost = 0
+		}
+		if _, err := s.st.Take(ctx, items); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "store: %v", err)
+		}
+	}
+	if len(shadow) > 0 && overall == rls.RateLimitResponse_OK {
+		// Shadow limits count what passes, one by one, and refuse nothing.
+		for j := range shadow {
+			one := shadow[j : j+1]
+			s.st.Take(ctx, one)
+		}
+	}
+	resp := &rls.RateLimitResponse{OverallCode: overall}
+	var worst *rls.RateLimitResponse_DescriptorStatus
+	var worstName string
+	for i := range ds {
+		a := &ds[i]
+		st := &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
+		if a.node != nil && a.node.Limit != nil {
+			l := a.node.Limit
+			if !l.Unlimited {
+				st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+			}
+			var d sluice.Decision
+			switch {
+			case a.item >= 0:
+				d = items[a.item].Decision
+			case a.shade:
+				d = shadow[shadowIx[a.key]].Decision
+				d.Allowed = true
+			}
+			switch {
+			case l.Unlimited:
+			case a.over && !a.shade:
+				st.Code = rls.RateLimitResponse_OVER_LIMIT
+			case !d.Allowed && !a.shade:
+				st.Code = rls.RateLimitResponse_OVER_LIMIT
+				st.LimitRemaining = uint32(max(d.Remaining, 0))
+				st.DurationUntilReset = durationpb.New(d.RetryAfter)
+			default:
+				st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+				st.DurationUntilReset = durationpb.New(d.ResetAfter)
+			}
+			if !l.Unlimited && (worst == nil || st.Code == rls.RateLimitResponse_OVER_LIMIT && worst.Code == rls.RateLimitResponse_OK ||
+				st.Code == worst.Code && st.LimitRemaining < worst.LimitRemaining) {
+				worst, worstName = st, l.Name
+				if worstName == "" {
+					worstName = a.key
+				}
+			}
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
+	if worst != nil {
+		window := int64(unitSeconds(worst.CurrentLimit.GetUnit()))
+		reset := int64(0)
+		if worst.DurationUntilReset != nil {
+			reset = int64((worst.DurationUntilReset.AsDuration() + time.Second - 1) / time.Second)
+		}
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: "RateLimit-Policy", Value: fmt.Sprintf("%q;q=%d;w=%d", worstName, worst.CurrentLimit.GetRequestsPerUnit(), window)},
+			{Key: "RateLimit", Value: fmt.Sprintf("%q;r=%d;t=%d", worstName, worst.LimitRemaining, reset)},
+		}
+	}
+	return resp, nil
+}
+
+func unitSeconds(u rls.RateLimitResponse_RateLimit_Unit) float64 {
+	for _, x := range units {
+		if x.unit == u {
+			return x.secs
+		}
+	}
+	return 1
+}
+
+func escape(s string) string {
+	if !strings.ContainsAny(s, "|=%") {
+		return s
+	}
+	r := strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
+	return r.Replace(s)
+}

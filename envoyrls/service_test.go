@@ -1,0 +1,197 @@
+package envoyrls_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+// client starts the service on a loopback port and returns a real gRPC
+// client of Envoy's generated types.
+func client(t *testing.T) rls.RateLimitServiceClient {
+	t.Helper()
+	cfg, err := envoyrls.LoadDir("testdata/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0)) // frozen: exact figures
+	svc := envoyrls.NewService(cfg, memstore.New(memstore.WithClock(clock)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	rls.RegisterRateLimitServiceServer(gs, svc)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rls.NewRateLimitServiceClient(conn)
+}
+
+func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func ask(t *testing.T, c rls.RateLimitServiceClient, domain string, hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) *rls.RateLimitResponse {
+	t.Helper()
+	r, err := c.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Statuses) != len(ds) {
+		t.Fatalf("%d statuses for %d descriptors", len(r.Statuses), len(ds))
+	}
+	return r
+}
+
+const ok, over = rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT
+
+// Over limit on one descriptor consumes nothing on the others, its own
+// bucket included.
+func TestOverLimitConsumesNothingElsewhere(t *testing.T) {
+	c := client(t)
+	ip := desc("remote_address", "10.0.0.1")
+	login := desc("path", "/login")
+	if r := ask(t, c, "edge", 0, ip, login); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 2 || r.Statuses[1].LimitRemaining != 0 {
+		t.Fatalf("first: %v", r)
+	}
+	r := ask(t, c, "edge", 0, ip, login) // /login is over (1/s); the IP bucket must not be charged
+	if r.OverallCode != over || r.Statuses[0].Code != ok || r.Statuses[1].Code != over {
+		t.Fatalf("second: %v", r)
+	}
+	if got := r.Statuses[1].DurationUntilReset.AsDuration(); got != time.Second {
+		t.Fatalf("retry %v", got)
+	}
+	if r := ask(t, c, "edge", 0, ip); r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("the refused request charged the IP bucket: %v", r.Statuses[0])
+	}
+}
+
+func TestMatchingPrecedence(t *testing.T) {
+	c := client(t)
+	for path, want := range map[string]string{"/login": "login_exact", "/api/users": "api_wildcard", "/other": "any_path"} {
+		r := ask(t, c, "edge", 0, desc("path", path))
+		if got := r.Statuses[0].CurrentLimit.GetName(); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+	// Deeper than the tree, an unknown key or domain: OK, no limit.
+	for _, r := range []*rls.RateLimitResponse{
+		ask(t, c, "edge", 0, desc("path", "/login", "extra", "x")),
+		ask(t, c, "edge", 0, desc("nope", "x")),
+		ask(t, c, "unknown", 0, desc("path", "/login")),
+		ask(t, c, "edge", 0, desc("tenant", "acme")), // a node without a limit
+	} {
+		if r.OverallCode != ok || r.Statuses[0].CurrentLimit != nil {
+			t.Errorf("want OK with no limit: %v", r)
+		}
+	}
+	// Nested: tenant=*, plan=free. One bucket per distinct value.
+	for range 2 {
+		ask(t, c, "edge", 0, desc("tenant", "a", "plan", "free"))
+	}
+	if r := ask(t, c, "edge", 0, desc("tenant", "a", "plan", "free")); r.OverallCode != over || r.Statuses[0].CurrentLimit.GetUnit() != rls.RateLimitResponse_RateLimit_HOUR {
+		t.Fatalf("tenant a: %v", r)
+	}
+	if r := ask(t, c, "edge", 0, desc("tenant", "b", "plan", "free")); r.OverallCode != ok {
+		t.Fatalf("tenant b shares a's bucket: %v", r)
+	}
+}
+
+func TestHitsAddend(t *testing.T) {
+	c := client(t)
+	ip := desc("remote_address", "10.0.0.9")
+	if r := ask(t, c, "edge", 2, ip); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("hits 2: %v", r)
+	}
+	peek := desc("remote_address", "10.0.0.9")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	for range 3 {
+		if r := ask(t, c, "edge", 0, peek); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 1 {
+			t.Fatalf("peek: %v", r)
+		}
+	}
+	if r := ask(t, c, "edge", 4, desc("remote_address", "10.0.0.10")); r.OverallCode != over {
+		t.Fatalf("hits above the capacity: %v", r)
+	}
+}
+
+func TestUnlimitedShadowAndHeaders(t *testing.T) {
+	c := client(t)
+	for range 5 {
+		if r := ask(t, c, "edge", 0, desc("client", "internal")); r.OverallCode != ok {
+			t.Fatalf("unlimited: %v", r)
+		}
+		if r := ask(t, c, "edge", 0, desc("client", "canary")); r.OverallCode != ok || r.Statuses[0].Code != ok {
+			t.Fatalf("shadow mode refused: %v", r)
+		}
+	}
+	r := ask(t, c, "edge", 0, desc("remote_address", "1.1.1.1"), desc("path", "/x"))
+	h := map[string]string{}
+	for _, hv := range r.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if h["RateLimit-Policy"] != `"per_ip";q=3;w=60` || h["RateLimit"] != `"per_ip";r=2;t=20` {
+		t.Fatalf("headers %v", h)
+	}
+	if r := ask(t, c, "mongo_cps", 0, desc("database", "users")); r.Statuses[0].LimitRemaining != 499 {
+		t.Fatalf("second file: %v", r)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for src, want := range map[string]string{
+		"descriptors: []\n":                                       "missing domain",
+		"domain: d\ndescriptors:\n  - value: x\n":                 "needs a key",
+		"domain: d\ndescriptors:\n  - key: k\n    replaces: []\n": `"replaces" is not supported`,
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n": "unit",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n":    "at least 1",
+		"domain: d\ndescriptors:\n  - key: k\n    value: a*b\n":                                          "wildcard",
+		"domain: d\nfoo: 1\n": `unknown field "foo"`,
+		"domain: [\n":         "YAML",
+	} {
+		if _, _, err := envoyrls.Parse([]byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: d\ndescriptors: []\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: d\ndescriptors: []\n"), 0o644)
+	if _, err := envoyrls.LoadDir(dir); err == nil || !strings.Contains(err.Error(), "defined twice") {
+		t.Fatalf("duplicate domain: %v", err)
+	}
+	if _, err := envoyrls.LoadDir(t.TempDir()); err == nil {
+		t.Fatal("empty dir accepted")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	b, _ := os.ReadFile("testdata/config/edge.yaml")
+	f.Add(b)
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: day, requests_per_unit: 7}\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		envoyrls.Parse(src) // never panics; errors are fine
+	})
+}
