@@ -4,6 +4,7 @@
 //	sluice serve --config F    run the service (HTTP/JSON API, in memory)
 //	sluice check --config F    validate a policy file; non-zero exit with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
+//	sluice bench --target U    load a running service on loopback; decisions/s and latency
 //	sluice version
 //
 // Every flag can also be set by an environment variable (SLUICE_<FLAG>).
@@ -25,6 +26,7 @@ type cli struct {
 	Serve    serveCmd    `cmd:"" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
 	Check    checkCmd    `cmd:"" help:"Validate a policy file; exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
+	Bench    benchCmd    `cmd:"" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
 	Version  versionCmd  `cmd:"" help:"Print the version."`
 }
 

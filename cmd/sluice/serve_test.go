@@ -296,3 +296,32 @@ func TestServeEnvoyGRPC(t *testing.T) {
 		t.Fatalf("envoy config without --grpc: %v %s", err, out)
 	}
 }
+
+func TestBench(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "sluice.yaml")
+	writePolicy(t, pol, servePolicy)
+	p := serve(t, "--config", pol)
+	code, out, errOut := runCmd(t, "", "bench", "--target", p.addr, "--duration", "1s", "--concurrency", "4", "--keys", "10")
+	if code != 0 || !strings.Contains(out, "decisions/s") || !strings.Contains(out, "errors 0") || !strings.Contains(out, "latency p50") {
+		t.Fatalf("%d %q %q", code, out, errOut)
+	}
+	if !strings.Contains(out, "admitted 20,") { // 10 tenants x capacity 2; nothing refills at 0.01/s
+		t.Fatalf("want exactly 20 admitted: %s", out)
+	}
+	edir := t.TempDir()
+	writePolicy(t, filepath.Join(edir, "e.yaml"), "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n")
+	g := serve(t, "--envoy-config", edir, "--grpc", "127.0.0.1:0")
+	code, out, errOut = runCmd(t, "", "bench", "--grpc", "--target", g.grpc, "--duration", "1s", "--concurrency", "4")
+	if code != 0 || !strings.Contains(out, "gRPC") || !strings.Contains(out, "refused 0, errors 0") {
+		t.Fatalf("grpc: %d %q %q", code, out, errOut)
+	}
+	for _, target := range []string{"http://192.168.1.5:8080", "http://example.com", "ftp://127.0.0.1"} {
+		if code, _, errOut := runCmd(t, "", "bench", "--target", target, "--duration", "1s"); code != 1 || !strings.Contains(errOut, "target") {
+			t.Errorf("%s: %d %q", target, code, errOut)
+		}
+	}
+	if code, _, errOut := runCmd(t, "", "bench", "--target", p.addr, "--duration", "1h"); code != 1 || !strings.Contains(errOut, "10m") {
+		t.Errorf("unbounded duration: %d %q", code, errOut)
+	}
+}

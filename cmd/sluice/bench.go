@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/schollz/progressbar/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+type benchCmd struct {
+	Target      string        `required:"" help:"The service: http://127.0.0.1:PORT (HTTP/JSON), or 127.0.0.1:PORT with --grpc. Loopback only."`
+	Duration    time.Duration `default:"10s" help:"How long to send (at most 10m)."`
+	Concurrency int           `default:"64" help:"Concurrent clients (1 to 4096)."`
+	Keys        int           `default:"1000" help:"Distinct keys (tenants, or descriptor values with --grpc), used round-robin."`
+	Requests    int64         `default:"20000000" help:"Stop after this many requests at most."`
+	GRPC        bool          `name:"grpc" help:"Call Envoy's RateLimitService over gRPC instead of POST /v1/check."`
+	Domain      string        `default:"edge" help:"--grpc: the request's domain."`
+	Key         string        `default:"remote_address" help:"--grpc: the descriptor entry's key."`
+	Descriptor  string        `default:"tenant" help:"HTTP: the descriptor whose value is the key."`
+}
+
+// loopback refuses any target that is not this machine: a load generator
+// must never point elsewhere.
+func loopback(host string) error {
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("target host %q is not a loopback address (127.0.0.0/8, ::1, localhost)", host)
+	}
+	return nil
+}
+
+// BenchResult is what a run measured.
+type BenchResult struct {
+	Requests, Admitted, Refused, Errors int64
+	Elapsed                             time.Duration
+	P50, P90, P99, Max                  time.Duration
+}
+
+func (c benchCmd) Run(e *env) error {
+	switch {
+	case c.Duration <= 0 || c.Duration > 10*time.Minute:
+		return fmt.Errorf("--duration %v must be within (0, 10m]", c.Duration)
+	case c.Concurrency < 1 || c.Concurrency > 4096:
+		return fmt.Errorf("--concurrency %d must be 1 to 4096", c.Concurrency)
+	case c.Keys < 1 || c.Keys > 10_000_000:
+		return fmt.Errorf("--keys %d must be 1 to 10000000", c.Keys)
+	case c.Requests < 1:
+		return fmt.Errorf("--requests %d must be at least 1", c.Requests)
+	}
+	var do func(ctx context.Context, i int) (bool, error)
+	if c.GRPC {
+		host, _, err := net.SplitHostPort(c.Target)
+		if err != nil {
+			return fmt.Errorf("--target %q: want host:port with --grpc", c.Target)
+		}
+		if err := loopback(host); err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient(c.Target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		cl := rls.NewRateLimitServiceClient(conn)
+		do = func(ctx context.Context, i int) (bool, error) {
+			r, err := cl.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: c.Domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: c.Key, Value: strconv.Itoa(i)}}}}})
+			if err != nil {
+				return false, err
+			}
+			return r.OverallCode == rls.RateLimitResponse_OK, nil
+		}
+	} else {
+		u, err := url.Parse(c.Target)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			return fmt.Errorf("--target %q: want http://127.0.0.1:PORT", c.Target)
+		}
+		if err := loopback(u.Hostname()); err != nil {
+			return err
+		}
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.Concurrency, MaxConnsPerHost: c.Concurrency}}
+		endpoint := u.JoinPath("/v1/check").String()
+		do = func(ctx context.Context, i int) (bool, error) {
+			body := []byte(`{"descriptors": {"` + c.Descriptor + `": "k` + strconv.Itoa(i) + `"}}`)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+			resp, err := client.Do(req)
+			if err != nil {
+				return false, err
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case http.StatusOK:
+				return true, nil
+			case http.StatusTooManyRequests:
+				return false, nil
+			}
+			return false, fmt.Errorf("status %s", resp.Status)
+		}
+	}
+	res, err := runBench(c, do, e)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "target %s (%s), %d clients, %d keys, %v\n", c.Target, map[bool]string{true: "gRPC", false: "HTTP/JSON"}[c.GRPC], c.Concurrency, c.Keys, res.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "decisions/s %.0f  (requests %d: admitted %d, refused %d, errors %d)\n",
+		float64(res.Requests)/res.Elapsed.Seconds(), res.Requests, res.Admitted, res.Refused, res.Errors)
+	fmt.Fprintf(e.stdout, "latency p50 %v  p90 %v  p99 %v  max %v\n", res.P50, res.P90, res.P99, res.Max)
+	if res.Errors > 0 && res.Admitted+res.Refused == 0 {
+		return errors.New("every request failed")
+	}
+	return nil
+}
+
+func runBench(c benchCmd, do func(context.Context, int) (bool, error), e *env) (BenchResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.Duration)
+	defer cancel()
+	bar := progressbar.NewOptions64(int64(c.Duration/time.Second),
+		progressbar.OptionSetWriter(e.stderr), progressbar.OptionSetDescription("sending"),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	var sent, admitted, refused, failed atomic.Int64
+	var next atomic.Int64
+	lat := make([][]time.Duration, c.Concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range c.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				if n > c.Requests {
+					return
+				}
+				t0 := time.Now()
+				ok, err := do(ctx, int(n%int64(c.Keys)))
+				if ctx.Err() != nil {
+					return // cut off by the deadline: not counted
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+				sent.Add(1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case ok:
+					admitted.Add(1)
+				default:
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-tick.C:
+			bar.Add(1)
+		}
+	}
+	bar.Finish()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[min(int(p*float64(len(all))), len(all)-1)]
+	}
+	r := BenchResult{Requests: sent.Load(), Admitted: admitted.Load(), Refused: refused.Load(), Errors: failed.Load(), Elapsed: elapsed,
+		P50: pct(0.50), P90: pct(0.90), P99: pct(0.99)}
+	if len(all) > 0 {
+		r.Max = all[len(all)-1]
+	}
+	return r, nil
+}
