@@ -17,6 +17,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -194,4 +196,55 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {
 		envoyrls.Parse(src) // never panics; errors are fine
 	})
+}
+
+// A sluice policy over gRPC: each descriptor is one limiter request, all
+// decided as one.
+func TestPolicyServiceAllOrNothing(t *testing.T) {
+	p, err := policy.Parse([]byte(`
+limits:
+  - name: per_ip
+    key: "ip:{remote_address}"
+    when: {domain: edge}
+    capacity: 2
+    refill_per_second: 1
+  - name: login
+    key: "path:{path}"
+    when: {path: /login}
+    capacity: 1
+    refill_per_second: 0.5
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	l, err := limiter.New(p, memstore.New(memstore.WithClock(clock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	gs := grpc.NewServer()
+	rls.RegisterRateLimitServiceServer(gs, envoyrls.NewPolicyService(l))
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	c := rls.NewRateLimitServiceClient(conn)
+	ip, login := desc("remote_address", "10.0.0.1"), desc("path", "/login")
+	if r := ask(t, c, "edge", 0, ip, login); r.OverallCode != ok || r.Statuses[0].CurrentLimit.GetName() != "per_ip" || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("first: %v", r)
+	}
+	r := ask(t, c, "edge", 0, ip, login)
+	if r.OverallCode != over || r.Statuses[0].Code != ok || r.Statuses[1].Code != over || r.Statuses[1].DurationUntilReset.AsDuration() != 2*time.Second {
+		t.Fatalf("second: %v", r)
+	}
+	if r := ask(t, c, "edge", 0, ip); r.Statuses[0].LimitRemaining != 0 || r.OverallCode != ok {
+		t.Fatalf("the refused call charged per_ip: %v", r)
+	}
+	if r := ask(t, c, "other", 0, desc("remote_address", "10.0.0.1")); r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("domain is a descriptor: %v", r)
+	}
+	if r := ask(t, c, "edge", 5, desc("remote_address", "10.0.0.2")); r.OverallCode != over {
+		t.Fatalf("hits above capacity: %v", r)
+	}
 }

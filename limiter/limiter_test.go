@@ -322,3 +322,32 @@ func TestSetPolicyKeepsUnchangedState(t *testing.T) {
 		t.Fatalf("tenant state lost on reload: %+v", r)
 	}
 }
+
+// Several requests as one: a refusal of any consumes nothing anywhere; a
+// shared bucket takes the sum of the costs.
+func TestCheckManyAllOrNothing(t *testing.T) {
+	l, _ := newLimiter(t)
+	a := limiter.Request{Descriptors: map[string]string{"tenant": "a"}}
+	b := limiter.Request{Descriptors: map[string]string{"tenant": "b"}, Cost: 3}
+	r, err := l.CheckMany(context.Background(), []limiter.Request{a, b})
+	if err != nil || !r.Allowed || len(r.Results) != 2 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if g := status(r.Results[0], "global"); g.TokensRemaining != 996 { // 1 + 3 from the shared global bucket
+		t.Fatalf("global %+v", g)
+	}
+	// b's tenant is empty now: the pair is refused, and a's tenant untouched.
+	r, err = l.CheckMany(context.Background(), []limiter.Request{a, {Descriptors: map[string]string{"tenant": "b"}}})
+	if err != nil || r.Allowed || !r.Results[0].Allowed || r.Results[1].Allowed || r.RetryAfter != time.Second {
+		t.Fatalf("%+v %v", r, err)
+	}
+	peek := check(t, l, limiter.Request{Descriptors: map[string]string{"tenant": "a"}, Peek: true})
+	if status(peek, "tenant_api").TokensRemaining != 2 || status(peek, "global").TokensRemaining != 996 {
+		t.Fatalf("a refused pair consumed: %+v", peek.Limits)
+	}
+	// Two requests on one tenant: 2 + 2 > 3 can never pass.
+	two := limiter.Request{Descriptors: map[string]string{"tenant": "c"}, Cost: 2}
+	if _, err := l.CheckMany(context.Background(), []limiter.Request{two, two}); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		t.Fatalf("shared bucket over capacity: %v", err)
+	}
+}

@@ -37,7 +37,7 @@ type serveCmd struct {
 	Config        string        `help:"Policy file (hot-reloaded on SIGHUP and when it changes)." type:"path" xor:"config"`
 	EnvoyConfig   string        `help:"Directory of Envoy ratelimit configuration files (*.yaml), served over --grpc instead of a policy." type:"path" xor:"config"`
 	HTTP          string        `default:"127.0.0.1:8080" help:"Address of the HTTP/JSON API."`
-	GRPC          string        `help:"Address of Envoy's RateLimitService v3 over gRPC (off unless given; needs --envoy-config)."`
+	GRPC          string        `help:"Address of Envoy's RateLimitService v3 over gRPC (off unless given), serving the policy or --envoy-config."`
 	AuthTokenFile string        `help:"File holding a bearer token required on /v1/ endpoints (compared in constant time)." type:"path"`
 	TLSCert       string        `name:"tls-cert" help:"TLS certificate file (with --tls-key)." type:"path"`
 	TLSKey        string        `name:"tls-key" help:"TLS key file." type:"path"`
@@ -54,8 +54,6 @@ func (c serveCmd) Run(e *env) error {
 	switch {
 	case c.Config == "" && c.EnvoyConfig == "":
 		return errors.New("serve needs --config (a sluice policy) or --envoy-config (Envoy's format)")
-	case c.GRPC != "" && c.EnvoyConfig == "":
-		return errors.New("--grpc serves Envoy's RateLimitService from --envoy-config; with a sluice policy (--config) it is not built yet")
 	case c.EnvoyConfig != "" && c.GRPC == "":
 		return errors.New("--envoy-config is served over gRPC: give --grpc ADDR")
 	}
@@ -113,9 +111,15 @@ func (c serveCmd) Run(e *env) error {
 	}()
 	var svc *envoyrls.Service
 	grpcAddr := ""
-	if envoyCfg != nil {
-		svc = envoyrls.NewService(envoyCfg, st)
-		gs, addr, err := startGRPC(c.GRPC, svc, errc)
+	if c.GRPC != "" {
+		var impl rls.RateLimitServiceServer
+		if envoyCfg != nil {
+			svc = envoyrls.NewService(envoyCfg, st)
+			impl = svc
+		} else {
+			impl = envoyrls.NewPolicyService(lim)
+		}
+		gs, addr, err := startGRPC(c.GRPC, impl, errc)
 		if err != nil {
 			hs.Close()
 			return err
@@ -124,7 +128,7 @@ func (c serveCmd) Run(e *env) error {
 		grpcAddr = addr
 	}
 	if p != nil {
-		log.Info("sluice serving", "http", ln.Addr().String(), "tls", c.TLSCert != "", "policy", c.Config, "version", p.Version, "limits", len(p.Limits))
+		log.Info("sluice serving", "http", ln.Addr().String(), "grpc", grpcAddr, "tls", c.TLSCert != "", "policy", c.Config, "version", p.Version, "limits", len(p.Limits))
 	} else {
 		log.Info("sluice serving", "http", ln.Addr().String(), "grpc", grpcAddr, "envoy_config", c.EnvoyConfig, "domains", len(envoyCfg.Domains))
 	}
@@ -205,9 +209,10 @@ func (c serveCmd) Run(e *env) error {
 	}
 }
 
-// startGRPC serves Envoy's RateLimitService, the gRPC health service and
+// startGRPC serves Envoy's RateLimitService (from the policy or Envoy's
+// configuration), the gRPC health service and
 // reflection on addr; Serve's error goes to errc.
-func startGRPC(addr string, svc *envoyrls.Service, errc chan<- error) (*grpc.Server, string, error) {
+func startGRPC(addr string, svc rls.RateLimitServiceServer, errc chan<- error) (*grpc.Server, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("--grpc: %w", err)

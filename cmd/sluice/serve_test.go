@@ -325,3 +325,28 @@ func TestBench(t *testing.T) {
 		t.Errorf("unbounded duration: %d %q", code, errOut)
 	}
 }
+
+// --grpc with a sluice policy: the same limits over Envoy's API.
+func TestServePolicyOverGRPC(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "sluice.yaml")
+	writePolicy(t, pol, "limits:\n  - name: per_ip\n    key: \"ip:{remote_address}\"\n    capacity: 1\n    refill_per_second: 0.01\n")
+	p := serve(t, "--config", pol, "--grpc", "127.0.0.1:0")
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rls.NewRateLimitServiceClient(conn)
+	req := &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.2.2.2"}}}}}
+	for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
+		if r, err := c.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != want {
+			t.Fatalf("call %d: %v %v", i, r, err)
+		}
+	}
+	// The HTTP API shares the buckets.
+	if code, _ := call(t, p, "POST", "/v1/check", `{"descriptors": {"remote_address": "10.2.2.2"}}`); code != 429 {
+		t.Fatalf("HTTP after gRPC: %d", code)
+	}
+}
