@@ -88,6 +88,45 @@ type Result struct {
 	Limits []LimitStatus
 	// Cost is the cost the request was charged (or would have been).
 	Cost int64
+	// Receipt records what an admitted request took, for Settle.
+	Receipt Receipt
+}
+
+// Receipt records what an admitted Check took from each limit, so that
+// Settle can correct it once the real cost is known. The zero Receipt
+// records nothing.
+type Receipt struct {
+	taken []store.Adjustment // Delta holds the cost taken
+}
+
+// Empty reports whether the receipt records nothing.
+func (r Receipt) Empty() bool { return len(r.taken) == 0 }
+
+// Settle replaces the cost an admitted request took (its receipt) by
+// actual, for costs known only afterwards (LLM tokens, bytes): a smaller
+// actual returns the difference to every limit it was taken from, exactly,
+// as long as those tokens are not yet refilled (later, nothing is returned:
+// a late refund never creates credit); a larger one takes the excess at
+// once, pushing token buckets into debt so later requests wait. A negative
+// actual is sluice.ErrInvalidCost and changes nothing.
+func (l *Limiter) Settle(ctx context.Context, r Receipt, actual int64) error {
+	if actual < 0 {
+		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
+	}
+	adj := make([]store.Adjustment, 0, len(r.taken))
+	for _, t := range r.taken {
+		t.Delta = actual - t.Delta
+		if t.Delta != 0 {
+			adj = append(adj, t)
+		}
+	}
+	if len(adj) == 0 {
+		return nil
+	}
+	if err := l.st.Adjust(ctx, adj); err != nil {
+		return fmt.Errorf("limiter: %w", err)
+	}
+	return nil
 }
 
 // CostError is returned when a cost exceeds the capacity of an applicable
@@ -341,6 +380,13 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 		}
 		if err := sleep(ctx, res.RetryAfter); err != nil {
 			break // ctx ended: report the refusal
+		}
+	}
+	if res.Allowed && !req.Peek {
+		for i := range items {
+			if it := &items[i]; it.Spec.Kind != store.Concurrency && it.Cost > 0 {
+				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
+			}
 		}
 	}
 	clear(items) // drop the key strings from the pooled buffer

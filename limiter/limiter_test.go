@@ -351,3 +351,30 @@ func TestCheckManyAllOrNothing(t *testing.T) {
 		t.Fatalf("shared bucket over capacity: %v", err)
 	}
 }
+
+func TestSettle(t *testing.T) {
+	l, c := newLimiter(t)
+	req := limiter.Request{Descriptors: map[string]string{"user": "llm"}, Cost: 5}
+	r := check(t, l, req) // user_burst: 5 of 5, user_daily: 5 of 8
+	if !r.Allowed || r.Receipt.Empty() {
+		t.Fatalf("%+v", r)
+	}
+	if err := l.Settle(context.Background(), r.Receipt, 2); err != nil { // used 2: 3 come back everywhere
+		t.Fatal(err)
+	}
+	peek := check(t, l, limiter.Request{Descriptors: map[string]string{"user": "llm"}, Peek: true})
+	if status(peek, "user_burst").TokensRemaining != 3 || status(peek, "user_daily").TokensRemaining != 6 || status(peek, "global").TokensRemaining != 998 {
+		t.Fatalf("after settling 5 -> 2: %+v", peek.Limits)
+	}
+	r = check(t, l, limiter.Request{Descriptors: map[string]string{"tenant": "x"}, Cost: 1})
+	if err := l.Settle(context.Background(), r.Receipt, 4); err != nil { // used 4: 3 more, tenant_api goes into debt
+		t.Fatal(err)
+	}
+	if r := check(t, l, limiter.Request{Descriptors: map[string]string{"tenant": "x"}}); r.Allowed || r.RetryAfter != 2*time.Second {
+		t.Fatalf("after the excess: %+v", r)
+	}
+	if err := l.Settle(context.Background(), r.Receipt, -1); !errors.Is(err, sluice.ErrInvalidCost) {
+		t.Fatalf("negative: %v", err)
+	}
+	_ = c
+}

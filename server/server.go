@@ -7,6 +7,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -52,6 +53,11 @@ type Config struct {
 	// (default 5 minutes); IdempotencyKeys caps how many are (default 100,000).
 	IdempotencyWindow time.Duration
 	IdempotencyKeys   int
+	// LeaseWindow is how long a check's lease (its in-flight slots and what
+	// it took, for /v1/settle) is remembered (default 10 minutes);
+	// LeaseRecords caps how many are (default 100,000; the oldest go first).
+	LeaseWindow  time.Duration
+	LeaseRecords int
 	// Logger receives request errors; nil discards them.
 	Logger *slog.Logger
 	// Ready reports whether the store is reachable (for /readyz); nil means
@@ -65,6 +71,7 @@ type Server struct {
 	mux     *http.ServeMux
 	waiting atomic.Int64
 	idem    *idempotency
+	leases  *leaseBook
 }
 
 // New returns a server for cfg.
@@ -84,16 +91,24 @@ func New(cfg Config) (*Server, error) {
 	if cfg.IdempotencyKeys <= 0 {
 		cfg.IdempotencyKeys = 100_000
 	}
+	if cfg.LeaseWindow <= 0 {
+		cfg.LeaseWindow = 10 * time.Minute
+	}
+	if cfg.LeaseRecords <= 0 {
+		cfg.LeaseRecords = 100_000
+	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), idem: newIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyKeys)}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), idem: newIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyKeys),
+		leases: newLeaseBook(cfg.LeaseWindow, cfg.LeaseRecords)}
 	if cfg.Limiter != nil {
 		s.mux.HandleFunc("POST /v1/check", s.auth(s.check))
 		s.mux.HandleFunc("POST /v1/release", s.auth(s.release))
+		s.mux.HandleFunc("POST /v1/settle", s.auth(s.settle))
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
 	} else {
 		// Envoy-config mode: decisions are served over gRPC only.
@@ -303,8 +318,8 @@ func (s *Server) answer(res limiter.Result) *answer {
 	if !res.Allowed {
 		resp.RetryAfterMS = limiter.CeilMS(res.RetryAfter)
 	}
-	if res.Lease.ID != "" {
-		resp.Lease = EncodeLease(res.Lease)
+	if res.Allowed && (res.Lease.ID != "" || !res.Receipt.Empty()) {
+		resp.Lease = s.leases.add(res.Lease, res.Receipt)
 	}
 	body, _ := json.Marshal(resp)
 	a := &answer{status: http.StatusOK, headers: http.Header{}, body: append(body, '\n')}
@@ -319,25 +334,6 @@ func (s *Server) answer(res limiter.Result) *answer {
 	return a
 }
 
-// EncodeLease makes a lease an opaque string for clients.
-func EncodeLease(l store.Lease) string {
-	b, _ := json.Marshal(l)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// DecodeLease parses a lease string from EncodeLease.
-func DecodeLease(s string) (store.Lease, error) {
-	var l store.Lease
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) > 16<<10 {
-		return l, errors.New("lease is not one this service issued")
-	}
-	if err := DecodeStrict(b, &l); err != nil || l.ID == "" || len(l.Keys) == 0 || len(l.Keys) > 64 {
-		return store.Lease{}, errors.New("lease is not one this service issued")
-	}
-	return l, nil
-}
-
 type releaseRequest struct {
 	Lease string `json:"lease"`
 }
@@ -347,16 +343,124 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	l, err := DecodeLease(req.Lease)
-	if err != nil {
-		fail(w, http.StatusBadRequest, "bad_lease", "%v", err)
+	if req.Lease == "" {
+		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
 		return
 	}
-	if err := s.cfg.Limiter.Release(r.Context(), l); err != nil {
+	rec, ok := s.leases.get(req.Lease)
+	if !ok {
+		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (unknown, or older than the lease window)", req.Lease)
+		return
+	}
+	if rec.slots.ID != "" {
+		if err := s.cfg.Limiter.Release(r.Context(), rec.slots); err != nil {
+			fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"released": true})
+}
+
+// SettleRequest is the body of POST /v1/settle.
+type SettleRequest struct {
+	Lease      string `json:"lease"`
+	ActualCost *int64 `json:"actual_cost"`
+}
+
+func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
+	var req SettleRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Lease == "":
+		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
+		return
+	case req.ActualCost == nil:
+		fail(w, http.StatusBadRequest, "bad_request", "actual_cost is missing")
+		return
+	case *req.ActualCost < 0:
+		fail(w, http.StatusBadRequest, "bad_request", "actual_cost %d is negative", *req.ActualCost)
+		return
+	}
+	rec, ok := s.leases.takeReceipt(req.Lease)
+	switch {
+	case !ok:
+		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (unknown, or older than the lease window)", req.Lease)
+		return
+	case rec.Empty():
+		fail(w, http.StatusConflict, "already_settled", "lease %.64q was settled already (or took no cost)", req.Lease)
+		return
+	}
+	if err := s.cfg.Limiter.Settle(r.Context(), rec, *req.ActualCost); err != nil {
 		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"released": true})
+	writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
+}
+
+// leaseBook remembers, per lease ID handed to a client, the in-flight
+// slots and the receipt of an admitted check, bounded in time and number.
+type leaseBook struct {
+	mu     sync.Mutex
+	window time.Duration
+	max    int
+	m      map[string]*leaseRecord
+	order  []string
+}
+
+type leaseRecord struct {
+	slots   store.Lease
+	receipt limiter.Receipt
+	at      time.Time
+}
+
+func newLeaseBook(window time.Duration, max int) *leaseBook {
+	return &leaseBook{window: window, max: max, m: map[string]*leaseRecord{}}
+}
+
+func (b *leaseBook) add(slots store.Lease, rc limiter.Receipt) string {
+	var raw [16]byte
+	rand.Read(raw[:])
+	id := base64.RawURLEncoding.EncodeToString(raw[:])
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	b.m[id] = &leaseRecord{slots: slots, receipt: rc, at: now}
+	b.order = append(b.order, id)
+	for len(b.order) > 0 {
+		old := b.order[0]
+		e, ok := b.m[old]
+		if ok && now.Sub(e.at) < b.window && len(b.m) <= b.max {
+			break
+		}
+		delete(b.m, old)
+		b.order = b.order[1:]
+	}
+	return id
+}
+
+func (b *leaseBook) get(id string) (leaseRecord, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.m[id]
+	if !ok || time.Since(e.at) >= b.window {
+		return leaseRecord{}, false
+	}
+	return *e, true
+}
+
+// takeReceipt returns a lease's receipt once (settling twice is refused).
+func (b *leaseBook) takeReceipt(id string) (limiter.Receipt, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.m[id]
+	if !ok || time.Since(e.at) >= b.window {
+		return limiter.Receipt{}, false
+	}
+	rc := e.receipt
+	e.receipt = limiter.Receipt{}
+	return rc, true
 }
 
 func (s *Server) policy(w http.ResponseWriter, r *http.Request) {

@@ -205,8 +205,8 @@ func TestLeasesAndRelease(t *testing.T) {
 	if resp, _ := post(t, ts, "/v1/check", `{"descriptors": {"api_key": "k"}}`); resp.StatusCode != 200 {
 		t.Fatalf("after release: %d", resp.StatusCode)
 	}
-	for _, bad := range []string{`{"lease": "!!"}`, `{"lease": ""}`, `{"lease": "e30"}`, `{"leas": "x"}`} {
-		if resp, m := post(t, ts, "/v1/release", bad); resp.StatusCode != 400 {
+	for bad, want := range map[string]int{`{"lease": "!!"}`: 404, `{"lease": ""}`: 400, `{"lease": "e30"}`: 404, `{"leas": "x"}`: 400} {
+		if resp, m := post(t, ts, "/v1/release", bad); resp.StatusCode != want {
 			t.Errorf("%s: %d %v", bad, resp.StatusCode, m)
 		}
 	}
@@ -264,6 +264,36 @@ func FuzzCheckRequest(f *testing.F) {
 				t.Fatalf("invalid request accepted: %+v", req)
 			}
 		}
-		server.DecodeLease(string(b))
+		var sr server.SettleRequest
+		server.DecodeStrict(b, &sr)
 	})
+}
+
+// Reserve then settle over HTTP: check with an estimate, settle the actual.
+func TestSettle(t *testing.T) {
+	ts := newServer(t, nil)
+	_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "llm"}, "cost": 3}`)
+	lease, _ := m["lease"].(string)
+	if m["allowed"] != true || lease == "" {
+		t.Fatalf("%v", m)
+	}
+	if resp, m := post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_cost": 1}`); resp.StatusCode != 200 || m["settled"] != true {
+		t.Fatalf("settle: %d %v", resp.StatusCode, m)
+	}
+	_, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "llm"}, "cost": 0}`)
+	if ten := m["limits"].([]any)[1].(map[string]any); ten["tokens_remaining"] != 2.0 {
+		t.Fatalf("after settling 3 -> 1: %v", ten)
+	}
+	for body, want := range map[string][2]string{
+		`{"lease": "` + lease + `", "actual_cost": 1}`:  {"409", "already_settled"},
+		`{"lease": "nope", "actual_cost": 1}`:           {"404", "unknown_lease"},
+		`{"lease": "` + lease + `", "actual_cost": -1}`: {"400", "bad_request"},
+		`{"lease": "` + lease + `"}`:                    {"400", "bad_request"},
+		`{"actual_cost": 1}`:                            {"400", "bad_request"},
+		`{"lease": "x", "actual_cost": 1, "extra": 1}`:  {"400", "bad_json"},
+	} {
+		if resp, m := post(t, ts, "/v1/settle", body); resp.Status[:3] != want[0] || m["code"] != want[1] {
+			t.Errorf("%s: %s %v, want %v", body, resp.Status, m, want)
+		}
+	}
 }

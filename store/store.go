@@ -75,6 +75,23 @@ type Item struct {
 	// Decision is set by Take. For a refused request an item that could
 	// have admitted reports Allowed true: the refused items say why.
 	Decision sluice.Decision
+	// RefundBefore is set by Take on an admitted request: the time (Unix
+	// ns, the store's clock) before which Adjust can return this item's
+	// cost exactly (the tokens are not yet refilled, the window not yet
+	// over). 0 when nothing can be returned.
+	RefundBefore int64
+}
+
+// Adjustment corrects what an admitted item took, for costs known only
+// afterwards: Delta < 0 returns -Delta (exactly, if before RefundBefore;
+// else nothing, so a late refund never creates credit); Delta > 0 takes
+// Delta more at once, whatever the bucket holds (a token bucket goes into
+// debt). Concurrency items are not adjusted.
+type Adjustment struct {
+	Key          string
+	Spec         *Spec
+	Delta        int64
+	RefundBefore int64
 }
 
 // Result is the outcome of Take.
@@ -104,6 +121,11 @@ type Store interface {
 	// Release frees a lease's slots before they expire. Releasing an
 	// unknown or expired lease is not an error.
 	Release(ctx context.Context, lease Lease) error
+	// Adjust applies corrections to items taken earlier (reserve, then
+	// settle). Keys that no longer exist are skipped (their state is full
+	// or empty again, which a refund cannot improve on and a charge treats
+	// as new).
+	Adjust(ctx context.Context, adj []Adjustment) error
 	// Close releases the store's resources.
 	Close() error
 }

@@ -46,6 +46,7 @@ type serveCmd struct {
 	MaxWaiting    int           `default:"1024" help:"Most requests held waiting at once; beyond it requests are decided at once."`
 	MaxBody       int64         `default:"65536" help:"Largest request body in bytes."`
 	Idempotency   time.Duration `default:"5m" help:"How long a request_id's answer is remembered."`
+	LeaseWindow   time.Duration `default:"10m" help:"How long a check's lease (for /v1/settle and /v1/release) is remembered."`
 	Reload        time.Duration `default:"1s" help:"How often the policy file is checked for changes (0 disables; SIGHUP still reloads)."`
 }
 
@@ -91,7 +92,7 @@ func (c serveCmd) Run(e *env) error {
 	}
 	srv, err := server.New(server.Config{
 		Limiter: lim, Gatherer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait,
-		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, Logger: log,
+		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, Logger: log,
 	})
 	if err != nil {
 		return err

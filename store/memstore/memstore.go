@@ -227,6 +227,9 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			res.Lease.Keys = append(res.Lease.Keys, it.Key)
 			continue
 		}
+		if it.Cost > 0 {
+			it.RefundBefore = s.wall(wall, d) + refundWindow(it.Spec, it.Decision, s.wall(wall, d))
+		}
 		switch {
 		case ents[i] != nil && !roomMade:
 			*ents[i] = next[i] // in place: no second map operation
@@ -244,6 +247,83 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		s.sweep(&s.shards[x], d)
 	}
 	return res, nil
+}
+
+// refundWindow is how long after an admission its cost can be returned
+// exactly: a bucket's tokens until they refill (its ResetAfter), a window's
+// count until the window ends.
+func refundWindow(sp *store.Spec, d sluice.Decision, wall int64) int64 {
+	switch sp.Kind {
+	case store.TokenBucket:
+		return int64(d.ResetAfter)
+	case store.SlidingWindow, store.FixedWindow:
+		w := int64(sp.Window.Window)
+		return w - ((wall%w)+w)%w
+	}
+	return 0
+}
+
+// Adjust implements store.Store.
+func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	d, wall := s.now()
+	wall = s.wall(wall, d)
+	for _, a := range adj {
+		if a.Spec == nil || a.Key == "" || a.Spec.Kind == store.Concurrency || a.Delta == 0 {
+			continue
+		}
+		if a.Delta < 0 && wall >= a.RefundBefore {
+			continue // refilled or a new window: returning it would create credit
+		}
+		shd := &s.shards[s.shardOf(a.Key)]
+		shd.mu.Lock()
+		if e := shd.m[a.Key]; e != nil {
+			adjustEntry(a, e, d, wall)
+		}
+		shd.mu.Unlock()
+	}
+	return nil
+}
+
+func adjustEntry(a store.Adjustment, e *entry, d, wall int64) {
+	sp := a.Spec
+	switch sp.Kind {
+	case store.TokenBucket:
+		p := &sp.Bucket
+		tat, origin, phase := store.BucketState(p, e.a, e.b, uint64(e.c), true, d)
+		at := bucket.Instant{Elapsed: d - origin, Phase: phase}
+		if a.Delta < 0 {
+			tat = p.Refund(tat, -a.Delta)
+		} else {
+			tat = p.Charge(tat, at, a.Delta)
+		}
+		e.a, e.b, e.c = tat, origin, int64(phase)
+		_, dec := p.Step(tat, at, 0)
+		e.idle = d + int64(dec.ResetAfter)
+	case store.SlidingWindow, store.FixedWindow:
+		idx := wall / int64(sp.Window.Window)
+		if e.a != idx {
+			if a.Delta < 0 {
+				return
+			}
+			// A later window: count the charge in it (the window math
+			// moves the old count to "previous" on the next decision).
+			st := window.SlidingState{Index: e.a, Prev: e.b, Curr: e.c}
+			st, _ = sp.Window.Sliding(st, wall, 0)
+			if sp.Kind == store.FixedWindow {
+				st = window.SlidingState{Index: idx}
+			}
+			e.a, e.b, e.c = st.Index, st.Prev, st.Curr
+		}
+		cnt := &e.c
+		if sp.Kind == store.FixedWindow {
+			cnt = &e.b
+		}
+		*cnt = max(*cnt+a.Delta, 0)
+		e.idle = max(e.idle, d+2*int64(sp.Window.Window))
+	}
 }
 
 func validate(items []store.Item) error {

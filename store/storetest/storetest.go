@@ -35,6 +35,7 @@ func Run(t *testing.T, newStore Factory) {
 		"InvalidItems":         testInvalid,
 		"ConcurrentExact":      testConcurrentExact,
 		"IdenticalToPureModel": testIdenticalToModel,
+		"Adjust":               testAdjust,
 	} {
 		t.Run(name, func(t *testing.T) { test(t, newStore) })
 	}
@@ -342,5 +343,51 @@ func testIdenticalToModel(t *testing.T, f Factory) {
 		if want.Allowed && (cost > 0 || rf.exists) {
 			*rf = ref{nt, origin, phase, true}
 		}
+	}
+}
+
+// Reserve then settle: a refund before the tokens refill is exact, a late
+// one returns nothing, a charge goes into debt; windows likewise within
+// their window.
+func testAdjust(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	sp := spec(t, 10, 1)
+	it := store.Item{Key: "llm", Spec: sp, Cost: 8}
+	items := []store.Item{it}
+	if _, err := s.Take(context.Background(), items); err != nil || !items[0].Decision.Allowed || items[0].RefundBefore == 0 {
+		t.Fatalf("take: %+v %v", items[0], err)
+	}
+	c.Advance(time.Second)
+	adj := store.Adjustment{Key: "llm", Spec: sp, Delta: 3 - 8, RefundBefore: items[0].RefundBefore}
+	if err := s.Adjust(context.Background(), []store.Adjustment{adj}); err != nil {
+		t.Fatal(err)
+	}
+	if r := take(t, s, store.Item{Key: "llm", Spec: sp}); r.Decisions[0].Remaining != 8 { // 2 + 1 refilled + 5 back
+		t.Fatalf("after refund: %+v", r.Decisions[0])
+	}
+	if err := s.Adjust(context.Background(), []store.Adjustment{{Key: "llm", Spec: sp, Delta: 12}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := take(t, s, store.Item{Key: "llm", Spec: sp, Cost: 1}); r.Allowed || r.Decisions[0].RetryAfter != 5*time.Second {
+		t.Fatalf("after a charge of 12 (4 in debt): %+v", r.Decisions[0])
+	}
+	// A refund after the tokens refilled returns nothing.
+	c.Advance(time.Hour)
+	items = []store.Item{{Key: "llm", Spec: sp, Cost: 10}}
+	s.Take(context.Background(), items)
+	c.Advance(20 * time.Second)
+	take(t, s, store.Item{Key: "llm", Spec: sp, Cost: 10})
+	s.Adjust(context.Background(), []store.Adjustment{{Key: "llm", Spec: sp, Delta: -10, RefundBefore: items[0].RefundBefore}})
+	if r := take(t, s, store.Item{Key: "llm", Spec: sp}); r.Decisions[0].Remaining != 0 {
+		t.Fatalf("late refund minted: %+v", r.Decisions[0])
+	}
+	// Windows: a refund within the window.
+	w := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 10, Window: time.Minute}}
+	c.Set(Epoch)
+	wi := []store.Item{{Key: "w", Spec: w, Cost: 6}}
+	s.Take(context.Background(), wi)
+	s.Adjust(context.Background(), []store.Adjustment{{Key: "w", Spec: w, Delta: -4, RefundBefore: wi[0].RefundBefore}})
+	if r := take(t, s, store.Item{Key: "w", Spec: w}); r.Decisions[0].Remaining != 8 {
+		t.Fatalf("window refund: %+v", r.Decisions[0])
 	}
 }
