@@ -1,0 +1,14 @@
+package main
+
+import (
+	"io"
+
+	"github.com/sirupsen/logrus"
+)
+
+// quiet silences gubernator's logging during the measurement.
+func quiet() *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
