@@ -101,7 +101,10 @@ func (c serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Bounded reads and writes: a slow client cannot hold a connection
+	// forever (writes allow for requests held up to --max-wait).
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: c.MaxWait + 30*time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() {
 		if c.TLSCert != "" {
