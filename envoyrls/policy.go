@@ -42,8 +42,8 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 	}
 	reqs := make([]limiter.Request, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
-		if len(d.GetEntries()) > MaxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(d.GetEntries()), MaxEntries)
+		if err := checkEntries(i, d.GetEntries()); err != nil {
+			return nil, err
 		}
 		desc := map[string]string{"domain": req.GetDomain()}
 		for _, e := range d.GetEntries() {

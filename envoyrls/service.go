@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,12 +37,27 @@ func NewService(cfg *Config, st store.Store) *Service {
 // unchanged descriptors keep their state only if their limits are equal.
 func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
 
-// MaxDescriptors bounds one request's descriptors, and MaxEntries each
-// descriptor's entries.
+// MaxDescriptors bounds one request's descriptors, MaxEntries each
+// descriptor's entries, and MaxEntryBytes each entry's key and value (keys
+// are stored, so their size bounds memory).
 const (
 	MaxDescriptors = 64
 	MaxEntries     = 32
+	MaxEntryBytes  = 1024
 )
+
+// checkEntries refuses a descriptor with too many or too long entries.
+func checkEntries(i int, entries []*ratelimitv3.RateLimitDescriptor_Entry) error {
+	if len(entries) > MaxEntries {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(entries), MaxEntries)
+	}
+	for _, e := range entries {
+		if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > MaxEntryBytes {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d: an entry's key or value is longer than %d bytes", i, MaxEntryBytes)
+		}
+	}
+	return nil
+}
 
 type applied struct {
 	node  *Node
@@ -71,8 +87,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	for i, d := range req.GetDescriptors() {
 		a := &ds[i]
 		a.item = -1
-		if len(d.GetEntries()) > MaxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(d.GetEntries()), MaxEntries)
+		if err := checkEntries(i, d.GetEntries()); err != nil {
+			return nil, err
 		}
 		a.hits = hits
 		if h := d.GetHitsAddend(); h != nil {

@@ -12,7 +12,9 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -246,5 +248,19 @@ limits:
 	}
 	if r := ask(t, c, "edge", 5, desc("remote_address", "10.0.0.2")); r.OverallCode != over {
 		t.Fatalf("hits above capacity: %v", r)
+	}
+}
+
+func TestOversizedRequestsRefused(t *testing.T) {
+	c := client(t)
+	many := &rls.RateLimitRequest{Domain: "edge"}
+	for range envoyrls.MaxDescriptors + 1 {
+		many.Descriptors = append(many.Descriptors, desc("path", "/x"))
+	}
+	long := &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", strings.Repeat("x", envoyrls.MaxEntryBytes+1))}}
+	for _, req := range []*rls.RateLimitRequest{many, long} {
+		if _, err := c.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%d descriptors: %v", len(req.Descriptors), err)
+		}
 	}
 }

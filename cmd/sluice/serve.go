@@ -221,7 +221,7 @@ func startGRPC(addr string, svc rls.RateLimitServiceServer, errc chan<- error) (
 	if err != nil {
 		return nil, "", fmt.Errorf("--grpc: %w", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 10)) // a decision request is small
 	rls.RegisterRateLimitServiceServer(gs, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
