@@ -120,6 +120,11 @@ func FailOpen() MiddlewareOption { return func(m *Middleware) { m.failOpen = tru
 // WithLogger logs store failures.
 func WithLogger(l *slog.Logger) MiddlewareOption { return func(m *Middleware) { m.log = l } }
 
+// MaxDescriptorBytes bounds each descriptor name and value the middleware
+// passes to the limiter (keys are stored, so their size bounds memory); a
+// longer one is refused with 400.
+const MaxDescriptorBytes = 1024
+
 // Middleware limits the requests of an http.Handler with a limiter.
 type Middleware struct {
 	l        *limiter.Limiter
@@ -148,6 +153,13 @@ func NewMiddleware(l *limiter.Limiter, key KeyFunc, opts ...MiddlewareOption) *M
 func (m *Middleware) Handle(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		desc, err := m.key(r)
+		if err == nil {
+			for k, v := range desc {
+				if len(k) > MaxDescriptorBytes || len(v) > MaxDescriptorBytes {
+					err = fmt.Errorf("descriptor %.40q is longer than %d bytes", k, MaxDescriptorBytes)
+				}
+			}
+		}
 		if err != nil {
 			http.Error(w, "rate limit: "+err.Error(), http.StatusBadRequest)
 			return

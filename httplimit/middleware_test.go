@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,6 +178,16 @@ func TestClientIPTrustedProxies(t *testing.T) {
 	}
 	if _, err := httplimit.Header("X-API-Key", "api_key", true)(httptest.NewRequest("GET", "/", nil)); err == nil {
 		t.Error("missing required header accepted")
+	}
+	// An oversized descriptor never reaches the store.
+	l := mwLimiter(t, memstore.New())
+	h := httplimit.NewMiddleware(l, httplimit.Header("X-API-Key", "api_key", true)).Handle(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-API-Key", strings.Repeat("k", httplimit.MaxDescriptorBytes+1))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code != 400 {
+		t.Errorf("oversized descriptor: %d", rec.Code)
 	}
 }
 
