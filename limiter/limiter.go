@@ -39,6 +39,9 @@ type Request struct {
 	MaxWait time.Duration
 	// Retry marks a retried request, counted apart from original ones.
 	Retry bool
+	// Receipt asks for Result.Receipt (what was taken, for Settle); it
+	// costs an allocation, so it is off unless asked for.
+	Receipt bool
 }
 
 // LimitStatus is one applicable limit's part of a decision.
@@ -88,7 +91,8 @@ type Result struct {
 	Limits []LimitStatus
 	// Cost is the cost the request was charged (or would have been).
 	Cost int64
-	// Receipt records what an admitted request took, for Settle.
+	// Receipt records what an admitted request took, for Settle (when the
+	// request asked for it).
 	Receipt Receipt
 }
 
@@ -382,7 +386,7 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 			break // ctx ended: report the refusal
 		}
 	}
-	if res.Allowed && !req.Peek {
+	if res.Allowed && !req.Peek && req.Receipt {
 		for i := range items {
 			if it := &items[i]; it.Spec.Kind != store.Concurrency && it.Cost > 0 {
 				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})

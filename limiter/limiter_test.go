@@ -354,7 +354,7 @@ func TestCheckManyAllOrNothing(t *testing.T) {
 
 func TestSettle(t *testing.T) {
 	l, c := newLimiter(t)
-	req := limiter.Request{Descriptors: map[string]string{"user": "llm"}, Cost: 5}
+	req := limiter.Request{Descriptors: map[string]string{"user": "llm"}, Cost: 5, Receipt: true}
 	r := check(t, l, req) // user_burst: 5 of 5, user_daily: 5 of 8
 	if !r.Allowed || r.Receipt.Empty() {
 		t.Fatalf("%+v", r)
@@ -366,7 +366,10 @@ func TestSettle(t *testing.T) {
 	if status(peek, "user_burst").TokensRemaining != 3 || status(peek, "user_daily").TokensRemaining != 6 || status(peek, "global").TokensRemaining != 998 {
 		t.Fatalf("after settling 5 -> 2: %+v", peek.Limits)
 	}
-	r = check(t, l, limiter.Request{Descriptors: map[string]string{"tenant": "x"}, Cost: 1})
+	if r := check(t, l, limiter.Request{Descriptors: map[string]string{"tenant": "y"}}); !r.Receipt.Empty() {
+		t.Fatal("a receipt nobody asked for")
+	}
+	r = check(t, l, limiter.Request{Descriptors: map[string]string{"tenant": "x"}, Cost: 1, Receipt: true})
 	if err := l.Settle(context.Background(), r.Receipt, 4); err != nil { // used 4: 3 more, tenant_api goes into debt
 		t.Fatal(err)
 	}

@@ -259,7 +259,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 // decide runs a validated check and writes the answer; it returns the
 // answer when it is a decision (kept for request_id retries), nil for errors.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckRequest) *answer {
-	lr := limiter.Request{Descriptors: req.Descriptors, Retry: req.Retry}
+	lr := limiter.Request{Descriptors: req.Descriptors, Retry: req.Retry, Receipt: true}
 	if req.Cost != nil {
 		if *req.Cost == 0 {
 			lr.Peek = true
