@@ -266,14 +266,8 @@ func TestServeEnvoyGRPC(t *testing.T) {
 	cfg := filepath.Join(dir, "edge.yaml")
 	writePolicy(t, cfg, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per_ip, unit: minute, requests_per_unit: 1}\n")
 	p := serve(t, "--envoy-config", dir, "--grpc", "127.0.0.1:0", "--reload", "100ms")
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rls.NewRateLimitServiceClient(conn)
-	req := &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.1.1.1"}}}}}
+	conn, c := dialRLS(t, p)
+	req := ipRequest("10.1.1.1")
 	for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
 		r, err := c.ShouldRateLimit(context.Background(), req)
 		if err != nil || r.OverallCode != want || r.Statuses[0].CurrentLimit.GetName() != "per_ip" {
@@ -332,14 +326,8 @@ func TestServePolicyOverGRPC(t *testing.T) {
 	pol := filepath.Join(dir, "sluice.yaml")
 	writePolicy(t, pol, "limits:\n  - name: per_ip\n    key: \"ip:{remote_address}\"\n    capacity: 1\n    refill_per_second: 0.01\n")
 	p := serve(t, "--config", pol, "--grpc", "127.0.0.1:0")
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rls.NewRateLimitServiceClient(conn)
-	req := &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.2.2.2"}}}}}
+	_, c := dialRLS(t, p)
+	req := ipRequest("10.2.2.2")
 	for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
 		if r, err := c.ShouldRateLimit(context.Background(), req); err != nil || r.OverallCode != want {
 			t.Fatalf("call %d: %v %v", i, r, err)
@@ -349,4 +337,22 @@ func TestServePolicyOverGRPC(t *testing.T) {
 	if code, _ := call(t, p, "POST", "/v1/check", `{"descriptors": {"remote_address": "10.2.2.2"}}`); code != 429 {
 		t.Fatalf("HTTP after gRPC: %d", code)
 	}
+}
+
+// dialRLS connects a go-control-plane RateLimitService client to p's gRPC
+// address; the connection closes with the test.
+func dialRLS(t *testing.T, p *proc) (*grpc.ClientConn, rls.RateLimitServiceClient) {
+	t.Helper()
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, rls.NewRateLimitServiceClient(conn)
+}
+
+// ipRequest is a call in domain edge with one remote_address entry.
+func ipRequest(ip string) *rls.RateLimitRequest {
+	return &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}}}}
 }
