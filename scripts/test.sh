@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole sluice test suite, the one command CI runs (.ci/run calls it).
 # On a fresh machine it installs what it needs first (staticcheck from the Go
-# module proxy), then checks formatting, vets, lints, runs every test under
+# module proxy; redis-server and redis-cli from Debian's packages: the Redis
+# tests start their own servers and a 3-master cluster on free loopback
+# ports, and stop them, never touching a Redis already running), then checks formatting, vets, lints, runs every test under
 # the race detector, after a short fuzzing pass over every fuzz target and
 # one iteration of every comparison benchmark in the bench/ module.
 #
@@ -22,6 +24,14 @@ if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
 	go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
 fi
 staticcheck -version
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	if [ "$(id -u)" = 0 ]; then
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
+	else
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
+	fi
+fi
+redis-server --version
 
 modules=(. bench)
 

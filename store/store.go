@@ -12,6 +12,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -172,4 +173,26 @@ func BucketState(p *bucket.Params, tat, origin int64, phase uint64, exists bool,
 		return 0, d, 0 // full: the same as new
 	}
 	return tat, origin, phase
+}
+
+// Validate checks items as Take must: each has a key and a spec, a cost
+// within 0..Spec.Capacity() (any cost >= 0 for Concurrency), and keys are
+// distinct. The error matches ErrInvalidItem.
+func Validate(items []Item) error {
+	for i, it := range items {
+		switch {
+		case it.Key == "" || it.Spec == nil:
+			return fmt.Errorf("%w: item %d has no key or no spec", ErrInvalidItem, i)
+		case it.Cost < 0:
+			return fmt.Errorf("%w: %w", ErrInvalidItem, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", it.Cost))
+		case it.Spec.Kind != Concurrency && it.Cost > it.Spec.Capacity():
+			return fmt.Errorf("%w: %w", ErrInvalidItem, sluice.Errorf(sluice.ErrCostExceedsCapacity, "cost %d exceeds capacity %d", it.Cost, it.Spec.Capacity()))
+		}
+		for _, prev := range items[:i] {
+			if prev.Key == it.Key {
+				return fmt.Errorf("%w: key %q given twice", ErrInvalidItem, it.Key)
+			}
+		}
+	}
+	return nil
 }

@@ -181,7 +181,7 @@ func (l Limit) Fixed(s FixedState, now, cost int64) (FixedState, sluice.Decision
 	} else {
 		dec.RetryAfter = time.Duration(w - e)
 	}
-	dec.Remaining = l.Limit - s.Count
+	dec.Remaining = max(l.Limit-s.Count, 0) // a settled charge can overdraw the window
 	if s.Count > 0 {
 		dec.ResetAfter = time.Duration(w - e)
 	}

@@ -144,7 +144,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	if s.closed.Load() {
 		return store.Result{}, store.ErrClosed
 	}
-	if err := validate(items); err != nil {
+	if err := store.Validate(items); err != nil {
 		return store.Result{}, err
 	}
 	d, wall := s.now()
@@ -324,25 +324,6 @@ func adjustEntry(a store.Adjustment, e *entry, d, wall int64) {
 		*cnt = max(*cnt+a.Delta, 0)
 		e.idle = max(e.idle, d+2*int64(sp.Window.Window))
 	}
-}
-
-func validate(items []store.Item) error {
-	for i, it := range items {
-		switch {
-		case it.Key == "" || it.Spec == nil:
-			return fmt.Errorf("%w: item %d has no key or no spec", store.ErrInvalidItem, i)
-		case it.Cost < 0:
-			return fmt.Errorf("%w: %w", store.ErrInvalidItem, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", it.Cost))
-		case it.Spec.Kind != store.Concurrency && it.Cost > it.Spec.Capacity():
-			return fmt.Errorf("%w: %w", store.ErrInvalidItem, sluice.Errorf(sluice.ErrCostExceedsCapacity, "cost %d exceeds capacity %d", it.Cost, it.Spec.Capacity()))
-		}
-		for _, prev := range items[:i] {
-			if prev.Key == it.Key {
-				return fmt.Errorf("%w: key %q given twice", store.ErrInvalidItem, it.Key)
-			}
-		}
-	}
-	return nil
 }
 
 // step applies it to the key's state e (exists tells whether there is one).

@@ -1,0 +1,302 @@
+// Package redistest starts real redis-server processes for tests: a single
+// server or a Redis Cluster, on free loopback ports, in temporary
+// directories, stopped when the test (or TestMain) ends. It never uses a
+// Redis that is already running. When redis-server is missing it installs
+// Debian's package (as root, with apt-get), as a fresh machine needs.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+var (
+	installOnce sync.Once
+	installErr  error
+)
+
+// Binary returns the path of redis-server, installing it when missing.
+func Binary() (string, error) {
+	installOnce.Do(func() {
+		if _, err := exec.LookPath("redis-server"); err == nil {
+			return
+		}
+		if _, err := os.Stat("/usr/bin/redis-server"); err == nil {
+			return
+		}
+		if os.Geteuid() != 0 {
+			installErr = errors.New("redistest: redis-server is not installed (apt-get install redis-server)")
+			return
+		}
+		cmd := exec.Command("sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			installErr = fmt.Errorf("redistest: installing redis-server: %v\n%s", err, out)
+		}
+	})
+	if installErr != nil {
+		return "", installErr
+	}
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	return "/usr/bin/redis-server", nil
+}
+
+// Server is a redis-server process of the test's own.
+type Server struct {
+	Addr string // host:port on 127.0.0.1
+	Dir  string
+	args []string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start starts a redis-server with no persistence on a free port; extra
+// are more "--name value" arguments. Stop it with Stop.
+func Start(extra ...string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sluice-redis-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 { // a port taken between FreePort and listen: try another
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir}
+		s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", dir, "--protected-mode", "no", "--logfile", filepath.Join(dir, "redis.log")}, extra...)
+		if err := s.run(bin); err != nil {
+			lastErr = err
+			continue
+		}
+		return s, nil
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func (s *Server) run(bin string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd := exec.Command(bin, s.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the tests
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			return fmt.Errorf("redistest: redis-server on %s exited: %s", s.Addr, tail(log))
+		default:
+		}
+		if err := ping(s.Addr); err == nil {
+			s.cmd = cmd
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	return fmt.Errorf("redistest: redis-server on %s did not answer within 10 s", s.Addr)
+}
+
+func tail(b []byte) string {
+	if len(b) > 500 {
+		b = b[len(b)-500:]
+	}
+	return string(b)
+}
+
+// Do sends one command in RESP and returns the reply's first line.
+func Do(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if strings.HasPrefix(line, "-") {
+		return "", errors.New(line[1:])
+	}
+	return line, nil
+}
+
+func ping(addr string) error {
+	r, err := Do(addr, "PING")
+	if err == nil && r != "+PONG" {
+		err = fmt.Errorf("PING answered %q", r)
+	}
+	return err
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(syscall.SIGCONT)
+		s.cmd.Process.Kill()
+		s.cmd.Process.Wait()
+		s.cmd = nil
+	}
+}
+
+// Pause freezes the server (SIGSTOP): connections stay open, nothing
+// answers. Resume with Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(sig)
+	}
+}
+
+// Restart starts a killed server again on the same port (empty: nothing
+// is persisted).
+func (s *Server) Restart() error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	var last error
+	for range 50 { // the port may linger a moment after the kill
+		if last = s.run(bin); last == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return last
+}
+
+// Stop kills the server and removes its directory.
+func (s *Server) Stop() {
+	s.Kill()
+	os.RemoveAll(s.Dir)
+}
+
+// Cluster is a Redis Cluster of masters made with redis-cli --cluster create.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	var a []string
+	for _, n := range c.Nodes {
+		a = append(a, n.Addr)
+	}
+	return a
+}
+
+// StartCluster starts n >= 3 masters and joins them into a cluster.
+func StartCluster(n int) (*Cluster, error) {
+	c := &Cluster{}
+	for range n {
+		s, err := Start("--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", time.Now().UnixNano()))
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		cli = "/usr/bin/redis-cli"
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	// Wait until every node sees the cluster as ok.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range c.Nodes {
+		for {
+			info, err := info(s.Addr)
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Stop()
+				return nil, fmt.Errorf("redistest: cluster not ok on %s: %v %s", s.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c, nil
+}
+
+// info returns CLUSTER INFO (a bulk reply).
+func info(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
+}
+
+// Stop stops every node.
+func (c *Cluster) Stop() {
+	for _, s := range c.Nodes {
+		s.Stop()
+	}
+}

@@ -1,0 +1,59 @@
+-- sluice adjust: corrections to items taken earlier (reserve, then
+-- settle). ARGV: [1] now (hex) or '', [2] expire flag, then 7 fields per
+-- key: kind, sign ('-' returns, '+' charges), delta (hex), refund-before
+-- (hex), and the kind's parameters (up to 3 fields used).
+local now = now_ns(ARGV[1])
+local expire = ARGV[2] == '1'
+for i = 1, #KEYS do
+  local a = 3 + (i - 1) * 9
+  local kind, sign, delta, before, key = ARGV[a], ARGV[a + 1], hex(ARGV[a + 2]), hex(ARGV[a + 3]), KEYS[i]
+  if sign == '-' and cmp(now, before) >= 0 then
+    -- refilled, or a new window: returning it would create credit
+  elseif kind == 'b' then
+    local P = bparams(a + 4)
+    local st = load(key, 'b', 3)
+    if st then
+      local tat, origin, phase = bstate(P, st, now)
+      local eneg, e = elapsed(now, origin)
+      if sign == '-' then
+        local back = shl(delta, P.k)
+        if cmp(tat, back) <= 0 then tat = ZERO else tat = sub(tat, back) end
+      else
+        local base = bbase(P, tat, eneg, e, phase)
+        local room = shr(sub(MAXSTATE, base), P.k)
+        if cmp(delta, room) >= 0 then tat = MAXSTATE else tat = add(base, shl(delta, P.k)) end
+      end
+      local _, _, _, _, reset = bstep(P, tat, eneg, e, phase, ZERO)
+      if #reset == 0 then redis.call('DEL', key) else save(key, 'b', {tat, origin, phase}, reset, expire) end
+    end
+  elseif kind == 's' or kind == 'f' then
+    local N, W = hex(ARGV[a + 4]), hex(ARGV[a + 5])
+    local nf = 3
+    if kind == 'f' then nf = 2 end
+    local st = load(key, kind, nf)
+    if st then
+      local idx = wsplit(now, W)
+      local skip = false
+      if cmp(st[1], idx) ~= 0 then
+        if sign == '-' then
+          skip = true
+        elseif kind == 's' then
+          st = wslide(N, W, st, now, ZERO)
+        else
+          st = {idx, ZERO}
+        end
+      end
+      if not skip then
+        local ci = 3
+        if kind == 'f' then ci = 2 end
+        if sign == '-' then
+          if cmp(st[ci], delta) <= 0 then st[ci] = ZERO else st[ci] = sub(st[ci], delta) end
+        else
+          st[ci] = add(st[ci], delta)
+        end
+        save(key, kind, st, add(W, W), expire)
+      end
+    end
+  end
+end
+return 1

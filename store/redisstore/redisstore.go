@@ -1,0 +1,594 @@
+// Package redisstore is a store.Store on Redis or Redis Cluster, for many
+// sluice instances sharing one budget.
+//
+// Each decision is one Lua script (sent with EVALSHA, falling back to
+// EVAL once per connection) that reads the time from Redis TIME, brings
+// every item's state to that time, decides all-or-nothing, and writes the
+// new states, so instances with skewed clocks agree. The script applies
+// the same transitions as the in-process store (bucket.Params,
+// store.BucketState, window.Limit) on exact integers: Redis Lua numbers
+// are doubles, exact only to 2^53, so the script computes on limbs of 24
+// bits (products below 2^48) and states cross the wire as 16 hex digits
+// per int64. The same trace gives the same decisions as store/memstore.
+//
+// Keys expire when their state equals a new key's (a full token bucket, a
+// window whose counts have aged out, no live leases), so Redis holds no
+// garbage. In-flight limits are a sorted set of lease ids per key, scored
+// by expiry (Unix microseconds): a crashed holder's slot comes back after
+// the lease TTL.
+//
+// All-or-nothing across keys: on a single Redis, and on a cluster when
+// every key of a request is in one hash slot, one script decides them all.
+// Keys with a hash tag — a "{...}" at the start of the item key, which the
+// policy's hash_tag field produces — share a slot with every key of the
+// same tag. On a cluster, a request whose keys span slots is reserved slot
+// by slot (in parallel) and, if any slot refuses, the reservations that
+// succeeded are refunded exactly; see Take for the precision boundary.
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
+)
+
+var (
+	//go:embed lib.lua
+	libLua string
+	//go:embed model.lua
+	modelLua string
+	//go:embed take.lua
+	takeLua string
+	//go:embed adjust.lua
+	adjustLua string
+)
+
+// DefaultTimeout bounds every call to Redis unless WithTimeout says
+// otherwise.
+const DefaultTimeout = 250 * time.Millisecond
+
+// DefaultPrefix starts every key the store writes.
+const DefaultPrefix = "sluice:"
+
+// Option configures New and Open.
+type Option func(*config)
+
+type config struct {
+	prefix  string
+	timeout time.Duration
+	clock   sluice.Clock
+	pool    int
+}
+
+// WithPrefix sets the prefix of every Redis key (default "sluice:"); it
+// must not contain '{' or '}' (they would change the hash slot).
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithTimeout bounds every call (default DefaultTimeout); a caller's
+// earlier deadline wins.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithPoolSize sets the connections per Redis node for blocking calls
+// (rueidis' BlockingPoolSize); decisions are pipelined on one connection
+// per node whatever the pool.
+func WithPoolSize(n int) Option { return func(c *config) { c.pool = n } }
+
+// WithScriptClock makes the script use c's time instead of Redis TIME, and
+// disables key expiry (Redis would expire keys on its own clock). It is
+// for tests and simulations that must step time; never for production,
+// where instances must share Redis' clock.
+func WithScriptClock(c sluice.Clock) Option { return func(cf *config) { cf.clock = c } }
+
+// Store is the Redis store. It is safe for concurrent use.
+type Store struct {
+	c       rueidis.Client
+	own     bool
+	cluster bool
+	cfg     config
+	take    *rueidis.Lua
+	adjust  *rueidis.Lua
+	params  sync.Map // *store.Spec -> []string
+	closed  chan struct{}
+	once    sync.Once
+}
+
+// Open connects to the Redis at rawURL: redis://[user:password@]host:port[/db],
+// rediss:// (TLS), or redis+cluster://host1:port,host2:port,... (and
+// rediss+cluster://) for a Redis Cluster. rueidis' URL query options
+// (dial_timeout, write_timeout, skip_verify...) are accepted.
+func Open(rawURL string, opts ...Option) (*Store, error) {
+	opt, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg := newConfig(opts)
+	if cfg.pool > 0 {
+		opt.BlockingPoolSize = cfg.pool
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: connecting to %s: %w", redact(rawURL), err)
+	}
+	s, err := New(c, opts...)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s.own = true
+	return s, nil
+}
+
+// ParseURL turns a store URL into rueidis options (see Open).
+func ParseURL(rawURL string) (rueidis.ClientOption, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: invalid URL %q: %w", redact(rawURL), err)
+	}
+	cluster := false
+	switch u.Scheme {
+	case "redis", "rediss":
+	case "redis+cluster", "rediss+cluster":
+		cluster = true
+		u.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
+		hosts := strings.Split(u.Host, ",")
+		u.Host = hosts[0]
+		q := u.Query()
+		for _, h := range hosts[1:] {
+			if h != "" {
+				q.Add("addr", h)
+			}
+		}
+		u.RawQuery = q.Encode()
+	default:
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL scheme %q: want redis, rediss, redis+cluster or rediss+cluster", u.Scheme)
+	}
+	if u.Host == "" {
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL %q has no host", redact(rawURL))
+	}
+	opt, err := rueidis.ParseURL(u.String())
+	if err != nil {
+		return opt, fmt.Errorf("redisstore: %w", err)
+	}
+	opt.ForceSingleClient = !cluster
+	opt.DisableCache = true // no client-side caching: every decision reads Redis
+	if opt.Dialer.Timeout == 0 {
+		opt.Dialer.Timeout = time.Second
+	}
+	if opt.ConnWriteTimeout == 0 {
+		opt.ConnWriteTimeout = 2 * time.Second
+	}
+	return opt, nil
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func newConfig(opts []Option) config {
+	cfg := config{prefix: DefaultPrefix, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// New returns a store on client c (which the caller keeps and closes).
+func New(c rueidis.Client, opts ...Option) (*Store, error) {
+	cfg := newConfig(opts)
+	if strings.ContainsAny(cfg.prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", cfg.prefix)
+	}
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("redisstore: timeout %v must be positive", cfg.timeout)
+	}
+	s := &Store{c: c, cfg: cfg, closed: make(chan struct{}),
+		take:    rueidis.NewLuaScript(libLua + modelLua + takeLua),
+		adjust:  rueidis.NewLuaScript(libLua + modelLua + adjustLua),
+		cluster: c.Mode() == rueidis.ClientModeCluster,
+	}
+	return s, nil
+}
+
+// Client returns the store's Redis client.
+func (s *Store) Client() rueidis.Client { return s.c }
+
+// Ping checks that Redis answers within the store's timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	for _, r := range s.c.DoMulti(ctx, s.c.B().Ping().Build()) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.timeout)
+}
+
+// Key returns the Redis key of an item key under spec kind k: the prefix,
+// the item's hash tag if it starts with one, a kind letter, and the key.
+func (s *Store) Key(k store.Kind, key string) string {
+	return s.cfg.prefix + string(kindLetter[k]) + ":" + key
+}
+
+var kindLetter = [...]byte{store.TokenBucket: 'b', store.SlidingWindow: 's', store.Concurrency: 'c', store.FixedWindow: 'f'}
+
+func hex64(v int64) string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	u := uint64(v)
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[u&15]
+		u >>= 4
+	}
+	return string(b[:])
+}
+
+func parseHex(v rueidis.RedisMessage) (int64, error) {
+	str, err := v.ToString()
+	if err != nil {
+		return 0, err
+	}
+	u, err := strconv.ParseUint(str, 16, 64)
+	return int64(u), err
+}
+
+// paramsOf returns the script's 5 parameter fields for sp (cached: specs
+// are immutable).
+func (s *Store) paramsOf(sp *store.Spec) []string {
+	if p, ok := s.params.Load(sp); ok {
+		return p.([]string)
+	}
+	var p []string
+	switch sp.Kind {
+	case store.TokenBucket:
+		b := &sp.Bucket
+		num, den, _ := b.Ratio()
+		p = []string{strconv.FormatUint(uint64(b.Shift()), 10), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed())}
+	case store.SlidingWindow, store.FixedWindow:
+		p = []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", ""}
+	default:
+		p = []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", ""}
+	}
+	s.params.Store(sp, p)
+	return p
+}
+
+func (s *Store) now() string {
+	if s.cfg.clock == nil {
+		return ""
+	}
+	return hex64(s.cfg.clock.Now().UnixNano())
+}
+
+func (s *Store) expire() string {
+	if s.cfg.clock == nil {
+		return "1"
+	}
+	return "0"
+}
+
+// Take implements store.Store. On a single Redis (or one hash slot) the
+// decision is one atomic script. On a cluster, items in different slots
+// are reserved slot by slot, all at once; when any slot refuses, the
+// others' reservations are refunded exactly (store.Adjust semantics) and
+// their leases released. Precision boundary: between a reservation and its
+// refund (one round trip) other requests see those tokens taken, so they
+// may be refused when they would have been admitted (never admitted when
+// they should have been refused).
+func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	select {
+	case <-s.closed:
+		return store.Result{}, store.ErrClosed
+	default:
+	}
+	if err := store.Validate(items); err != nil {
+		return store.Result{}, err
+	}
+	if len(items) == 0 {
+		return store.Result{Allowed: true}, nil
+	}
+	lease := ""
+	for _, it := range items {
+		if it.Spec.Kind == store.Concurrency && it.Cost > 0 {
+			lease = newLeaseID()
+			break
+		}
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	groups := s.groups(items)
+	execs := make([]rueidis.LuaExec, len(groups))
+	now := s.now()
+	for g, idx := range groups {
+		execs[g] = s.takeExec(items, idx, now, lease)
+	}
+	var replies []rueidis.RedisResult
+	if len(execs) == 1 {
+		replies = []rueidis.RedisResult{s.take.Exec(ctx, s.c, execs[0].Keys, execs[0].Args)}
+	} else {
+		replies = s.take.ExecMulti(ctx, s.c, execs...)
+	}
+	res := store.Result{Allowed: true}
+	var firstErr error
+	okGroup := make([]bool, len(groups))
+	for g, r := range replies {
+		ok, err := decode(r, items, groups[g])
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("redisstore: take: %w", err)
+			}
+			continue
+		}
+		okGroup[g] = ok
+		if !ok {
+			res.Allowed = false
+		}
+	}
+	if firstErr != nil || !res.Allowed {
+		if len(groups) > 1 {
+			// Undo what the slots that admitted took (with a fresh
+			// deadline: the refund matters even if the caller gave up).
+			s.undo(items, groups, okGroup, lease)
+		}
+		if firstErr != nil {
+			return store.Result{}, firstErr
+		}
+		for i := range items {
+			items[i].RefundBefore = 0
+		}
+		return res, nil
+	}
+	for _, it := range items {
+		if it.Spec.Kind == store.Concurrency && it.Cost > 0 {
+			res.Lease.ID = lease
+			res.Lease.Keys = append(res.Lease.Keys, s.Key(store.Concurrency, it.Key))
+		}
+	}
+	return res, nil
+}
+
+func (s *Store) takeExec(items []store.Item, idx []int, now, lease string) rueidis.LuaExec {
+	keys := make([]string, 0, len(idx))
+	args := make([]string, 0, 3+7*len(idx))
+	args = append(args, now, lease, s.expire())
+	for _, i := range idx {
+		it := &items[i]
+		keys = append(keys, s.Key(it.Spec.Kind, it.Key))
+		args = append(args, string(kindLetter[it.Spec.Kind]), hex64(it.Cost))
+		args = append(args, s.paramsOf(it.Spec)...)
+	}
+	return rueidis.LuaExec{Keys: keys, Args: args}
+}
+
+// decode writes a take reply's decisions into the group's items.
+func decode(r rueidis.RedisResult, items []store.Item, idx []int) (bool, error) {
+	arr, err := r.ToArray()
+	if err != nil {
+		return false, err
+	}
+	if len(arr) != 1+5*len(idx) {
+		return false, fmt.Errorf("script returned %d values for %d items", len(arr), len(idx))
+	}
+	all, err := arr[0].AsInt64()
+	if err != nil {
+		return false, err
+	}
+	for j, i := range idx {
+		f := arr[1+5*j:]
+		ok, err := f[0].AsInt64()
+		if err != nil {
+			return false, err
+		}
+		var v [4]int64
+		for k := range v {
+			if v[k], err = parseHex(f[1+k]); err != nil {
+				return false, err
+			}
+		}
+		items[i].Decision = sluice.Decision{Allowed: ok == 1, Remaining: v[0], RetryAfter: time.Duration(v[1]), ResetAfter: time.Duration(v[2])}
+		items[i].RefundBefore = v[3]
+	}
+	return all == 1, nil
+}
+
+// groups splits item indexes by hash slot (one group on a single Redis).
+func (s *Store) groups(items []store.Item) [][]int {
+	if !s.cluster || len(items) == 1 {
+		idx := make([]int, len(items))
+		for i := range idx {
+			idx[i] = i
+		}
+		return [][]int{idx}
+	}
+	var slots []uint16
+	var groups [][]int
+	for i, it := range items {
+		sl := Slot(s.Key(it.Spec.Kind, it.Key))
+		g := -1
+		for j, x := range slots {
+			if x == sl {
+				g = j
+				break
+			}
+		}
+		if g < 0 {
+			slots = append(slots, sl)
+			groups = append(groups, nil)
+			g = len(groups) - 1
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// undo refunds the groups that admitted a request refused elsewhere.
+func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, lease string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	var adj []store.Adjustment
+	var rel store.Lease
+	for g, idx := range groups {
+		if !ok[g] {
+			continue
+		}
+		for _, i := range idx {
+			switch it := items[i]; {
+			case it.Cost == 0:
+			case it.Spec.Kind == store.Concurrency:
+				rel.Keys = append(rel.Keys, s.Key(store.Concurrency, it.Key))
+			default:
+				adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: -it.Cost, RefundBefore: it.RefundBefore})
+			}
+		}
+	}
+	if len(rel.Keys) > 0 {
+		rel.ID = lease
+		s.Release(ctx, rel)
+	}
+	if len(adj) > 0 {
+		s.Adjust(ctx, adj)
+	}
+}
+
+// Adjust implements store.Store: one script per hash slot.
+func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
+	select {
+	case <-s.closed:
+		return store.ErrClosed
+	default:
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	bySlot := map[uint16]*rueidis.LuaExec{}
+	var order []uint16
+	now := s.now()
+	for _, a := range adj {
+		if a.Spec == nil || a.Key == "" || a.Spec.Kind == store.Concurrency || a.Delta == 0 {
+			continue
+		}
+		key := s.Key(a.Spec.Kind, a.Key)
+		sl := uint16(0)
+		if s.cluster {
+			sl = Slot(key)
+		}
+		e := bySlot[sl]
+		if e == nil {
+			e = &rueidis.LuaExec{Args: []string{now, s.expire()}}
+			bySlot[sl] = e
+			order = append(order, sl)
+		}
+		sign, d := "+", a.Delta
+		if d < 0 {
+			sign, d = "-", -d
+		}
+		e.Keys = append(e.Keys, key)
+		e.Args = append(e.Args, string(kindLetter[a.Spec.Kind]), sign, hex64(d), hex64(max(a.RefundBefore, 0)))
+		e.Args = append(e.Args, s.paramsOf(a.Spec)...)
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	execs := make([]rueidis.LuaExec, len(order))
+	for i, sl := range order {
+		execs[i] = *bySlot[sl]
+	}
+	for _, r := range s.adjust.ExecMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("redisstore: adjust: %w", err)
+		}
+	}
+	return nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, lease store.Lease) error {
+	select {
+	case <-s.closed:
+		return store.ErrClosed
+	default:
+	}
+	if lease.ID == "" || len(lease.Keys) == 0 {
+		return nil
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	cmds := make(rueidis.Commands, 0, len(lease.Keys))
+	for _, k := range lease.Keys {
+		if !strings.HasPrefix(k, s.cfg.prefix) {
+			return fmt.Errorf("redisstore: release: key %q is not one of this store's", k)
+		}
+		cmds = append(cmds, s.c.B().Zrem().Key(k).Member(lease.ID).Build())
+	}
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("redisstore: release: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close implements store.Store. It closes the client if Open made it.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		close(s.closed)
+		if s.own {
+			s.c.Close()
+		}
+	})
+	return nil
+}
+
+func newLeaseID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Slot returns the Redis Cluster hash slot of key (CRC16 of its hash tag,
+// the part between the first '{' and the next '}' when not empty).
+func Slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) & 16383
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
