@@ -34,17 +34,33 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	srv.Stop()
+	if cluster != nil {
+		cluster.Stop()
+	}
 	os.Exit(code)
 }
 
 var prefixSeq atomic.Int64
 
+// prefix returns a key prefix no other test uses.
+func prefix() string { return fmt.Sprintf("t%d-%d:", time.Now().UnixNano(), prefixSeq.Add(1)) }
+
+func mustSpec(t *testing.T, capacity int64, rate float64) *store.Spec {
+	t.Helper()
+	sp, err := store.NewBucketSpec(bucket.Limit{Capacity: capacity, Rate: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
+
+func windowLimit(n int64, w time.Duration) window.Limit { return window.Limit{Limit: n, Window: w} }
+
 // open returns a store on the test's redis-server with a prefix of its
 // own, so tests do not see each other's keys.
 func open(t testing.TB, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	p := fmt.Sprintf("t%d-%d:", time.Now().UnixNano(), prefixSeq.Add(1))
-	s, err := redisstore.Open("redis://"+srv.Addr, append([]redisstore.Option{redisstore.WithPrefix(p), redisstore.WithTimeout(5 * time.Second)}, opts...)...)
+	s, err := redisstore.Open("redis://"+srv.Addr, append([]redisstore.Option{redisstore.WithPrefix(prefix()), redisstore.WithTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
