@@ -333,6 +333,12 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 		if !ok {
 			continue
 		}
+		userKey := len(c.prefix[i])
+		if lim.HashTag != "" {
+			k = lim.AppendHashTag(k[:0], req.Descriptors)
+			userKey += len(k)
+			k, _ = lim.AppendKey(append(k, c.prefix[i]...), req.Descriptors)
+		}
 		buf.key = k[:0]
 		itemCost := cost
 		if lim.Kind == policy.Concurrency {
@@ -351,7 +357,7 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 			limits = make([]LimitStatus, 0, len(c.p.Limits))
 		}
 		limits = append(limits, LimitStatus{
-			Name: lim.Name, Key: full[len(c.prefix[i]):], Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
+			Name: lim.Name, Key: full[userKey:], Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
 			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost,
 		})
 	}
@@ -503,6 +509,9 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 				itemCost = 0
 			}
 			full := c.prefix[i] + key
+			if lim.HashTag != "" {
+				full = string(lim.AppendHashTag(nil, req.Descriptors)) + full
+			}
 			j, seen := index[full]
 			switch {
 			case !seen:

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -380,4 +381,66 @@ func TestSettle(t *testing.T) {
 		t.Fatalf("negative: %v", err)
 	}
 	_ = c
+}
+
+// keyStore records the keys a limiter asks for.
+type keyStore struct {
+	*memstore.Store
+	keys []string
+}
+
+func (k *keyStore) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	for _, it := range items {
+		k.keys = append(k.keys, it.Key)
+	}
+	return k.Store.Take(ctx, items)
+}
+
+// A limit's hash_tag leads its store keys, so that limits with the same
+// tag share a Redis Cluster hash slot; Check and CheckMany agree.
+func TestHashTagLeadsStoreKeys(t *testing.T) {
+	p, err := policy.Parse([]byte(`
+limits:
+  - name: tenant_api
+    key: "tenant:{tenant}"
+    hash_tag: "{tenant}"
+    capacity: 5
+    refill_per_second: 1
+  - name: tenant_user
+    key: "tenant:{tenant}:user:{user}"
+    hash_tag: "{tenant}"
+    capacity: 5
+    refill_per_second: 1
+  - name: global
+    key: global
+    capacity: 5
+    refill_per_second: 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := &keyStore{Store: memstore.New()}
+	l, err := limiter.New(p, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := map[string]string{"tenant": "acme", "user": "bob"}
+	r, err := l.Check(context.Background(), limiter.Request{Descriptors: desc})
+	if err != nil || !r.Allowed {
+		t.Fatalf("%+v %v", r, err)
+	}
+	want := []string{"{acme}tenant_api:tenant:acme", "{acme}tenant_user:tenant:acme:user:bob", "global:global"}
+	if fmt.Sprint(ks.keys) != fmt.Sprint(want) {
+		t.Fatalf("keys %q, want %q", ks.keys, want)
+	}
+	if r.Limits[0].Key != "tenant:acme" || r.Limits[1].Key != "tenant:acme:user:bob" {
+		t.Fatalf("statuses show the store keys: %+v", r.Limits)
+	}
+	ks.keys = nil
+	if _, err := l.CheckMany(context.Background(), []limiter.Request{{Descriptors: desc}}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ks.keys) != fmt.Sprint(want) {
+		t.Fatalf("CheckMany keys %q, want %q", ks.keys, want)
+	}
 }

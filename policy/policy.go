@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,6 +91,13 @@ type Limit struct {
 	MaxInFlight int64         // Concurrency
 	LeaseTTL    time.Duration // Concurrency: a lease not released expires after this
 
+	// HashTag is a template like Key ("{tenant}") whose rendering becomes
+	// the Redis Cluster hash tag of the limit's keys: limits whose tags
+	// render alike keep their keys in one hash slot, so a request needing
+	// them is decided by one atomic script. Empty: the key is its own slot.
+	// Its placeholders must be among the key's.
+	HashTag string
+
 	// OnStoreError overrides the server's choice when the store fails
 	// ("fail_open", "fail_closed", "local"); empty means the server's.
 	OnStoreError string
@@ -99,6 +107,7 @@ type Limit struct {
 
 	params []keyPart
 	placeh []string
+	tag    []keyPart
 }
 
 // Capacity is the largest cost one request can have under l: the bucket's
@@ -372,7 +381,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 		}
 		return d, true
 	}
-	allowed := map[string]bool{"name": true, "key": true, "when": true, "algorithm": true, "on_store_error": true}
+	allowed := map[string]bool{"name": true, "key": true, "when": true, "algorithm": true, "on_store_error": true, "hash_tag": true}
 	if name == "" {
 		bad("name", "missing or empty name")
 	} else if !validName(name) {
@@ -385,6 +394,22 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 		bad("key", "%v", err)
 	} else {
 		l.Key, l.params, l.placeh = key, parts, ph
+	}
+	if tag, ok := str("hash_tag"); ok {
+		parts, ph, err := parseKey(tag)
+		switch {
+		case tag == "":
+			bad("hash_tag", "empty hash_tag (omit the field instead)")
+		case err != nil:
+			bad("hash_tag", "%v", err)
+		default:
+			for _, n := range ph {
+				if !slices.Contains(l.placeh, n) {
+					bad("hash_tag", "placeholder {%s} is not in the key template %q", n, key)
+				}
+			}
+			l.HashTag, l.tag = tag, parts
+		}
 	}
 	if w := fields["when"]; w != nil {
 		l.When = v.stringMap(w, name, "when")
@@ -636,10 +661,30 @@ func (l *Limit) AppendKey(dst []byte, desc map[string]string) ([]byte, bool) {
 	return dst, true
 }
 
+// AppendHashTag appends the limit's rendered hash tag, in braces, to dst
+// ("{acme}"); nothing when the limit has no hash_tag. It must be called
+// only for descriptors that AppendKey matched.
+func (l *Limit) AppendHashTag(dst []byte, desc map[string]string) []byte {
+	if len(l.tag) == 0 {
+		return dst
+	}
+	dst = append(dst, '{')
+	for _, p := range l.tag {
+		if p.name == "" {
+			dst = append(dst, p.lit...)
+		} else {
+			dst = appendEscaped(dst, desc[p.name])
+		}
+	}
+	return append(dst, '}')
+}
+
+// appendEscaped appends s with "%", ":" and the braces escaped (braces
+// would change a key's Redis Cluster hash slot).
 func appendEscaped(b []byte, s string) []byte {
 	plain := true
 	for i := 0; i < len(s); i++ {
-		if s[i] == '%' || s[i] == ':' {
+		if c := s[i]; c == '%' || c == ':' || c == '{' || c == '}' {
 			plain = false
 			break
 		}
@@ -649,6 +694,10 @@ func appendEscaped(b []byte, s string) []byte {
 	}
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
+		case '{':
+			b = append(b, "%7B"...)
+		case '}':
+			b = append(b, "%7D"...)
 		case '%':
 			b = append(b, "%25"...)
 		case ':':

@@ -93,6 +93,10 @@ func TestErrorsNameLineLimitField(t *testing.T) {
 		{"limits: [\n", `line 1: YAML: did not find expected node content`},
 		{"", `empty policy`},
 		{"limitz: []\n", `field "limitz": unknown field`},
+		{"limits:\n  - name: a\n    key: \"t:{tenant}\"\n    hash_tag: \"{user}\"\n    capacity: 10\n    refill_per_second: 1\n",
+			`line 4, column 15: limit "a": field "hash_tag": placeholder {user} is not in the key template "t:{tenant}"`},
+		{"limits:\n  - name: a\n    key: \"t:{tenant}\"\n    hash_tag: \"\"\n    capacity: 10\n    refill_per_second: 1\n",
+			`field "hash_tag": empty hash_tag`},
 	} {
 		_, err := policy.Parse([]byte(tc.src))
 		if err == nil || !errors.Is(err, policy.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -132,4 +136,20 @@ func FuzzParse(f *testing.F) {
 			l.Match(map[string]string{"x": "1", "a": "b"})
 		}
 	})
+}
+
+func TestHashTag(t *testing.T) {
+	p, err := policy.Parse([]byte("limits:\n  - name: a\n    key: \"t:{tenant}:u:{user}\"\n    hash_tag: \"{tenant}\"\n    capacity: 10\n    refill_per_second: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.Limits[0]
+	desc := map[string]string{"tenant": "a{c}:m%", "user": "bob"}
+	key, ok := l.Match(desc)
+	if !ok || key != "t:a%7Bc%7D%3Am%25:u:bob" {
+		t.Fatalf("key %q %v: braces, colons and percent signs in values must be escaped", key, ok)
+	}
+	if tag := string(l.AppendHashTag(nil, desc)); tag != "{a%7Bc%7D%3Am%25}" {
+		t.Fatalf("tag %q", tag)
+	}
 }
