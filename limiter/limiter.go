@@ -283,10 +283,18 @@ func (c *compiled) index(name string) int {
 
 func sameLimit(a, b *policy.Limit) bool {
 	return a.Kind == b.Kind && a.Key == b.Key && a.Bucket == b.Bucket && a.Window == b.Window &&
-		a.MaxInFlight == b.MaxInFlight && a.LeaseTTL == b.LeaseTTL
+		a.MaxInFlight == b.MaxInFlight && a.LeaseTTL == b.LeaseTTL && a.OnStoreError == b.OnStoreError
 }
 
 func specOf(lim *policy.Limit) (*store.Spec, error) {
+	sp, err := kindSpec(lim)
+	if err == nil {
+		sp.OnStoreError = lim.OnStoreError
+	}
+	return sp, err
+}
+
+func kindSpec(lim *policy.Limit) (*store.Spec, error) {
 	switch lim.Kind {
 	case policy.TokenBucket:
 		return store.NewBucketSpec(lim.Bucket)

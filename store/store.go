@@ -43,6 +43,10 @@ type Spec struct {
 	Window      window.Limit
 	MaxInFlight int64
 	LeaseTTL    time.Duration
+	// OnStoreError is what a store that can fail (store/failover) does for
+	// this limit when its backend is unreachable: "fail_open",
+	// "fail_closed" or "local"; empty means the store's default.
+	OnStoreError string
 }
 
 // NewBucketSpec compiles a token-bucket spec.
@@ -151,6 +155,10 @@ var (
 	ErrInvalidItem = errors.New("store: invalid item")
 	// ErrClosed reports a call on a closed store.
 	ErrClosed = errors.New("store: closed")
+	// ErrUnavailable reports that the store's backend could not be reached
+	// (or answered too late) and the request was refused for it
+	// (fail_closed).
+	ErrUnavailable = errors.New("store: unavailable")
 )
 
 // BucketState brings a keyed token bucket's state (tat, origin, phase) to
