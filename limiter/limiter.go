@@ -100,11 +100,50 @@ type Result struct {
 // Settle can correct it once the real cost is known. The zero Receipt
 // records nothing.
 type Receipt struct {
-	taken []store.Adjustment // Delta holds the cost taken
+	taken  []store.Adjustment // Delta holds the cost taken
+	limits []string           // the limit of each
 }
 
 // Empty reports whether the receipt records nothing.
 func (r Receipt) Empty() bool { return len(r.taken) == 0 }
+
+type receiptEntry struct {
+	Limit        string `json:"limit"`
+	Key          string `json:"key"`
+	Cost         int64  `json:"cost"`
+	RefundBefore int64  `json:"refund_before"`
+}
+
+// MarshalBinary encodes the receipt (JSON), so that another process with
+// the same policy can settle it (UnmarshalReceipt).
+func (r Receipt) MarshalBinary() ([]byte, error) {
+	out := make([]receiptEntry, len(r.taken))
+	for i, t := range r.taken {
+		out[i] = receiptEntry{Limit: r.limits[i], Key: t.Key, Cost: t.Delta, RefundBefore: t.RefundBefore}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalReceipt decodes a receipt made by MarshalBinary against the
+// policy in force: entries of limits it no longer has are dropped (their
+// state is gone or no longer applies).
+func (l *Limiter) UnmarshalReceipt(b []byte) (Receipt, error) {
+	var in []receiptEntry
+	if err := json.Unmarshal(b, &in); err != nil {
+		return Receipt{}, fmt.Errorf("limiter: bad receipt: %w", err)
+	}
+	c := l.compiled.Load()
+	var r Receipt
+	for _, e := range in {
+		i := c.index(e.Limit)
+		if i < 0 || e.Key == "" || e.Cost < 0 {
+			continue
+		}
+		r.taken = append(r.taken, store.Adjustment{Key: e.Key, Spec: c.specs[i], Delta: e.Cost, RefundBefore: e.RefundBefore})
+		r.limits = append(r.limits, e.Limit)
+	}
+	return r, nil
+}
 
 // Settle replaces the cost an admitted request took (its receipt) by
 // actual, for costs known only afterwards (LLM tokens, bytes): a smaller
@@ -404,6 +443,7 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 		for i := range items {
 			if it := &items[i]; it.Spec.Kind != store.Concurrency && it.Cost > 0 {
 				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
+				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
 			}
 		}
 	}

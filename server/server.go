@@ -7,9 +7,7 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
@@ -63,6 +62,11 @@ type Config struct {
 	// Ready reports whether the store is reachable (for /readyz); nil means
 	// always.
 	Ready func(context.Context) error
+	// Redis, when set, keeps request_id answers and lease records in Redis
+	// (keys under RedisPrefix), so that a retried check or a settle may
+	// reach any instance sharing the store. Nil keeps them in the process.
+	Redis       rueidis.Client
+	RedisPrefix string
 }
 
 // Server is the HTTP service. It is safe for concurrent use.
@@ -70,8 +74,7 @@ type Server struct {
 	cfg     Config
 	mux     *http.ServeMux
 	waiting atomic.Int64
-	idem    *idempotency
-	leases  *leaseBook
+	book    book
 }
 
 // New returns a server for cfg.
@@ -103,8 +106,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), idem: newIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyKeys),
-		leases: newLeaseBook(cfg.LeaseWindow, cfg.LeaseRecords)}
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	if cfg.Redis != nil {
+		s.book = newRedisBook(cfg.Redis, cfg.RedisPrefix, cfg.IdempotencyWindow, cfg.LeaseWindow)
+	} else {
+		s.book = memBook{idem: newIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyKeys),
+			leases: newLeaseBook(cfg.LeaseWindow, cfg.LeaseRecords)}
+	}
 	if cfg.Limiter != nil {
 		s.mux.HandleFunc("POST /v1/check", s.auth(s.check))
 		s.mux.HandleFunc("POST /v1/release", s.auth(s.release))
@@ -241,7 +249,11 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.RequestID != "" {
-		ans, owner := s.idem.begin(r.Context(), req.RequestID)
+		ans, owner, err := s.book.begin(r.Context(), req.RequestID)
+		if err != nil {
+			fail(w, http.StatusServiceUnavailable, "store_error", "request_id: %v", err)
+			return
+		}
 		if !owner {
 			if ans == nil {
 				fail(w, http.StatusServiceUnavailable, "retry", "the first request with this request_id did not finish")
@@ -250,7 +262,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 			ans.write(w)
 			return
 		}
-		s.idem.finish(req.RequestID, s.decide(w, r, &req))
+		s.book.finish(r.Context(), req.RequestID, s.decide(w, r, &req))
 		return
 	}
 	s.decide(w, r, &req)
@@ -289,7 +301,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 		}
 		return nil
 	}
-	ans := s.answer(res)
+	ans := s.answer(r.Context(), res)
 	ans.write(w)
 	return ans
 }
@@ -310,7 +322,7 @@ func (a *answer) write(w http.ResponseWriter) {
 	w.Write(a.body)
 }
 
-func (s *Server) answer(res limiter.Result) *answer {
+func (s *Server) answer(ctx context.Context, res limiter.Result) *answer {
 	resp := CheckResponse{Allowed: res.Allowed, Limits: res.Limits}
 	if resp.Limits == nil {
 		resp.Limits = []limiter.LimitStatus{}
@@ -319,7 +331,17 @@ func (s *Server) answer(res limiter.Result) *answer {
 		resp.RetryAfterMS = limiter.CeilMS(res.RetryAfter)
 	}
 	if res.Allowed && (res.Lease.ID != "" || !res.Receipt.Empty()) {
-		resp.Lease = s.leases.add(res.Lease, res.Receipt)
+		rc, _ := res.Receipt.MarshalBinary()
+		if res.Receipt.Empty() {
+			rc = nil
+		}
+		id, err := s.book.addLease(ctx, res.Lease, rc)
+		if err != nil {
+			// Admitted, but the lease could not be recorded: the slots
+			// expire by their TTL and the cost stands as charged.
+			s.cfg.Logger.Error("lease not recorded", "error", err)
+		}
+		resp.Lease = id
 	}
 	body, _ := json.Marshal(resp)
 	a := &answer{status: http.StatusOK, headers: http.Header{}, body: append(body, '\n')}
@@ -347,13 +369,17 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
 		return
 	}
-	rec, ok := s.leases.get(req.Lease)
+	slots, ok, err := s.book.lease(r.Context(), req.Lease)
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		return
+	}
 	if !ok {
 		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (unknown, or older than the lease window)", req.Lease)
 		return
 	}
-	if rec.slots.ID != "" {
-		if err := s.cfg.Limiter.Release(r.Context(), rec.slots); err != nil {
+	if slots.ID != "" {
+		if err := s.cfg.Limiter.Release(r.Context(), slots); err != nil {
 			fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
 			return
 		}
@@ -383,13 +409,21 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "bad_request", "actual_cost %d is negative", *req.ActualCost)
 		return
 	}
-	rec, ok := s.leases.takeReceipt(req.Lease)
+	raw, ok, err := s.book.takeReceipt(r.Context(), req.Lease)
 	switch {
+	case err != nil:
+		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		return
 	case !ok:
 		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (unknown, or older than the lease window)", req.Lease)
 		return
-	case rec.Empty():
+	case len(raw) == 0:
 		fail(w, http.StatusConflict, "already_settled", "lease %.64q was settled already (or took no cost)", req.Lease)
+		return
+	}
+	rec, err := s.cfg.Limiter.UnmarshalReceipt(raw)
+	if err != nil {
+		fail(w, http.StatusInternalServerError, "bad_receipt", "%v", err)
 		return
 	}
 	if err := s.cfg.Limiter.Settle(r.Context(), rec, *req.ActualCost); err != nil {
@@ -411,7 +445,7 @@ type leaseBook struct {
 
 type leaseRecord struct {
 	slots   store.Lease
-	receipt limiter.Receipt
+	receipt []byte
 	at      time.Time
 }
 
@@ -419,10 +453,8 @@ func newLeaseBook(window time.Duration, max int) *leaseBook {
 	return &leaseBook{window: window, max: max, m: map[string]*leaseRecord{}}
 }
 
-func (b *leaseBook) add(slots store.Lease, rc limiter.Receipt) string {
-	var raw [16]byte
-	rand.Read(raw[:])
-	id := base64.RawURLEncoding.EncodeToString(raw[:])
+func (b *leaseBook) add(slots store.Lease, rc []byte) string {
+	id := newLeaseID()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
@@ -451,15 +483,15 @@ func (b *leaseBook) get(id string) (leaseRecord, bool) {
 }
 
 // takeReceipt returns a lease's receipt once (settling twice is refused).
-func (b *leaseBook) takeReceipt(id string) (limiter.Receipt, bool) {
+func (b *leaseBook) takeReceipt(id string) ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.m[id]
 	if !ok || time.Since(e.at) >= b.window {
-		return limiter.Receipt{}, false
+		return nil, false
 	}
 	rc := e.receipt
-	e.receipt = limiter.Receipt{}
+	e.receipt = nil
 	return rc, true
 }
 

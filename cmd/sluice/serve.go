@@ -25,12 +25,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/failover"
 	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/redisstore"
 )
 
 type serveCmd struct {
@@ -48,6 +52,12 @@ type serveCmd struct {
 	Idempotency   time.Duration `default:"5m" help:"How long a request_id's answer is remembered."`
 	LeaseWindow   time.Duration `default:"10m" help:"How long a check's lease (for /v1/settle and /v1/release) is remembered."`
 	Reload        time.Duration `default:"1s" help:"How often the policy file is checked for changes (0 disables; SIGHUP still reloads)."`
+	Store         string        `default:"memory" help:"Where limit state lives: memory (this process), redis://[user:password@]host:port[/db], rediss://... (TLS), or redis+cluster://host1:port,host2:port,... (Redis Cluster)."`
+	StorePrefix   string        `default:"sluice:" help:"Prefix of every Redis key (no braces)."`
+	StorePoolSize int           `help:"Redis connections per node for blocking calls (0: rueidis' default; decisions are pipelined whatever it is)."`
+	StoreTimeout  time.Duration `default:"250ms" help:"Bound on every Redis call; a slow Redis never holds a request longer."`
+	OnStoreError  string        `default:"fail_open" enum:"fail_open,fail_closed,local" help:"When Redis cannot be reached: fail_open admits, fail_closed refuses (503), local enforces each limit in process with its budget divided by --instances. A limit's on_store_error overrides it."`
+	Instances     int           `default:"1" help:"Instances sharing the budget (divides budgets under --on-store-error local)."`
 }
 
 func (c serveCmd) Run(e *env) error {
@@ -83,7 +93,10 @@ func (c serveCmd) Run(e *env) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	st := memstore.New(memstore.WithMaxKeys(c.MaxKeys))
+	st, shared, err := c.openStore(log, reg)
+	if err != nil {
+		return err
+	}
 	var lim *limiter.Limiter
 	if p != nil {
 		if lim, err = limiter.New(p, st, limiter.WithLogger(log), limiter.WithRegisterer(reg)); err != nil {
@@ -93,6 +106,7 @@ func (c serveCmd) Run(e *env) error {
 	srv, err := server.New(server.Config{
 		Limiter: lim, Gatherer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait,
 		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, Logger: log,
+		Ready: shared.ready, Redis: shared.client, RedisPrefix: c.StorePrefix,
 	})
 	if err != nil {
 		return err
@@ -132,7 +146,7 @@ func (c serveCmd) Run(e *env) error {
 		grpcAddr = addr
 	}
 	if p != nil {
-		log.Info("sluice serving", "http", ln.Addr().String(), "grpc", grpcAddr, "tls", c.TLSCert != "", "policy", c.Config, "version", p.Version, "limits", len(p.Limits))
+		log.Info("sluice serving", "http", ln.Addr().String(), "grpc", grpcAddr, "tls", c.TLSCert != "", "policy", c.Config, "version", p.Version, "limits", len(p.Limits), "store", shared.name)
 	} else {
 		log.Info("sluice serving", "http", ln.Addr().String(), "grpc", grpcAddr, "envoy_config", c.EnvoyConfig, "domains", len(envoyCfg.Domains))
 	}
@@ -244,4 +258,35 @@ func dirDigest(dir string) []byte {
 		h.Write(b)
 	}
 	return h.Sum(nil)
+}
+
+// sharedStore is what serve needs to know of a shared store.
+type sharedStore struct {
+	name   string                          // for the log: "memory" or the URL without password
+	client rueidis.Client                  // nil in memory
+	ready  func(ctx context.Context) error // nil in memory
+}
+
+// openStore opens --store: the in-memory store, or Redis wrapped in the
+// failover policy (and token leasing with --lease-tokens).
+func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.Store, sharedStore, error) {
+	if c.Store == "" || c.Store == "memory" {
+		return memstore.New(memstore.WithMaxKeys(c.MaxKeys)), sharedStore{name: "memory"}, nil
+	}
+	if c.Instances < 1 {
+		return nil, sharedStore{}, fmt.Errorf("--instances %d must be at least 1", c.Instances)
+	}
+	rs, err := redisstore.Open(c.Store, redisstore.WithPrefix(c.StorePrefix), redisstore.WithTimeout(c.StoreTimeout),
+		redisstore.WithPoolSize(c.StorePoolSize))
+	if err != nil {
+		return nil, sharedStore{}, fmt.Errorf("--store: %w", err)
+	}
+	var primary store.Store = rs
+	fo, err := failover.New(failover.Config{Primary: primary, Mode: c.OnStoreError, Instances: c.Instances,
+		MaxKeys: c.MaxKeys, Logger: log, Registerer: reg})
+	if err != nil {
+		rs.Close()
+		return nil, sharedStore{}, err
+	}
+	return fo, sharedStore{name: redisstore.Redact(c.Store), client: rs.Client(), ready: fo.Ping}, nil
 }

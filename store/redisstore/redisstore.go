@@ -119,7 +119,7 @@ func Open(rawURL string, opts ...Option) (*Store, error) {
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: connecting to %s: %w", redact(rawURL), err)
+		return nil, fmt.Errorf("redisstore: connecting to %s: %w", Redact(rawURL), err)
 	}
 	s, err := New(c, opts...)
 	if err != nil {
@@ -134,7 +134,7 @@ func Open(rawURL string, opts ...Option) (*Store, error) {
 func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return rueidis.ClientOption{}, fmt.Errorf("redisstore: invalid URL %q: %w", redact(rawURL), err)
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: invalid URL %q: %w", Redact(rawURL), err)
 	}
 	cluster := false
 	switch u.Scheme {
@@ -155,7 +155,7 @@ func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 		return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL scheme %q: want redis, rediss, redis+cluster or rediss+cluster", u.Scheme)
 	}
 	if u.Host == "" {
-		return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL %q has no host", redact(rawURL))
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL %q has no host", Redact(rawURL))
 	}
 	opt, err := rueidis.ParseURL(u.String())
 	if err != nil {
@@ -172,7 +172,8 @@ func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-func redact(raw string) string {
+// Redact returns rawURL with its password hidden, for logs.
+func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		return raw

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func startRedis(t *testing.T) *redistest.Server {
+	t.Helper()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// hammer sends checks for one key from n goroutines until stop, spread
+// over the procs; it returns admitted and refused counts.
+func hammer(t *testing.T, procs []*proc, n int, body string, until time.Time) (admitted, refused, other int64) {
+	t.Helper()
+	var a, r, o atomic.Int64
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := procs[g%len(procs)]
+			for time.Now().Before(until) {
+				resp, err := client.Post(p.addr+"/v1/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					o.Add(1)
+					continue
+				}
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					a.Add(1)
+				case 429:
+					r.Add(1)
+				default:
+					o.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return a.Load(), r.Load(), o.Load()
+}
+
+// Two sluice processes on one Redis, hammered concurrently on one key for
+// several seconds, admit together at most B + r*t, and at least 99% of it.
+func TestServeRedisTwoInstancesShareOneBudget(t *testing.T) {
+	srv := startRedis(t)
+	const B, r = 100, 200.0
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, fmt.Sprintf("limits:\n  - name: global\n    key: global\n    capacity: %d\n    refill_per_second: %v\n", B, r))
+	store := "redis://" + srv.Addr
+	a := serve(t, "--config", pol, "--store", store)
+	b := serve(t, "--config", pol, "--store", store)
+	start := time.Now()
+	admitted, refused, other := hammer(t, []*proc{a, b}, 16, `{"descriptors":{}}`, start.Add(3*time.Second))
+	elapsed := time.Since(start)
+	bound := B + r*elapsed.Seconds()
+	t.Logf("admitted %d, refused %d, other %d in %v; B + r*t = %.1f", admitted, refused, other, elapsed, bound)
+	if other != 0 {
+		t.Fatalf("%d requests failed", other)
+	}
+	if float64(admitted) > bound || float64(admitted) < 0.99*bound {
+		t.Fatalf("admitted %d, want within [%.1f, %.1f]", admitted, 0.99*bound, bound)
+	}
+	if refused < admitted {
+		t.Fatalf("the load did not exceed the budget (refused %d)", refused)
+	}
+}
+
+// A retried request_id is answered, not charged, by any instance; a lease
+// taken on one instance is settled and released on another.
+func TestServeRedisIdempotencyAndSettleAcrossInstances(t *testing.T) {
+	srv := startRedis(t)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, `limits:
+  - name: tokens
+    key: "tenant:{tenant}"
+    capacity: 100
+    refill_per_second: 0.001
+  - name: tools
+    key: "tenant:{tenant}"
+    max_in_flight: 1
+    lease_ttl: 1m
+`)
+	store := "redis://" + srv.Addr
+	a := serve(t, "--config", pol, "--store", store)
+	b := serve(t, "--config", pol, "--store", store)
+	remaining := func(p *proc) float64 {
+		_, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"tenant":"acme"},"cost":0}`)
+		var res struct {
+			Limits []struct {
+				Name string  `json:"name"`
+				Left float64 `json:"tokens_remaining"`
+			} `json:"limits"`
+		}
+		json.Unmarshal([]byte(body), &res)
+		return res.Limits[0].Left
+	}
+	req := `{"descriptors":{"tenant":"acme"},"cost":30,"request_id":"r-1"}`
+	code, first := call(t, a, "POST", "/v1/check", req)
+	if code != 200 {
+		t.Fatalf("%d %s", code, first)
+	}
+	code, again := call(t, b, "POST", "/v1/check", req)
+	if code != 200 || again != first {
+		t.Fatalf("retry on the other instance: %d %s, first %s", code, again, first)
+	}
+	if left := remaining(b); left != 70 {
+		t.Fatalf("remaining %v after a request and its retry (charged twice?)", left)
+	}
+	var res struct {
+		Lease string `json:"lease"`
+	}
+	json.Unmarshal([]byte(first), &res)
+	// The in-flight slot is held: another check is refused everywhere.
+	if code, body := call(t, b, "POST", "/v1/check", `{"descriptors":{"tenant":"acme"}}`); code != 429 {
+		t.Fatalf("slot held: %d %s", code, body)
+	}
+	if code, body := call(t, b, "POST", "/v1/settle", fmt.Sprintf(`{"lease":%q,"actual_cost":5}`, res.Lease)); code != 200 {
+		t.Fatalf("settle on b: %d %s", code, body)
+	}
+	if left := remaining(a); left != 95 {
+		t.Fatalf("remaining %v after settling 30 -> 5", left)
+	}
+	if code, _ := call(t, a, "POST", "/v1/settle", fmt.Sprintf(`{"lease":%q,"actual_cost":5}`, res.Lease)); code != 409 {
+		t.Fatalf("second settle on a: %d, want 409", code)
+	}
+	if code, body := call(t, a, "POST", "/v1/release", fmt.Sprintf(`{"lease":%q}`, res.Lease)); code != 200 {
+		t.Fatalf("release on a: %d %s", code, body)
+	}
+	if code, body := call(t, b, "POST", "/v1/check", `{"descriptors":{"tenant":"acme"}}`); code != 200 {
+		t.Fatalf("after release: %d %s", code, body)
+	}
+}
+
+// Redis killed mid-load and restarted: each --on-store-error mode behaves
+// as documented, no request waits past its deadline, /readyz follows the
+// store, and the service returns to Redis without a restart.
+func TestServeRedisFailureModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		args []string
+		want func(admitted, refused, unavailable int64) bool
+	}{
+		{"fail_open", nil, func(a, r, u int64) bool { return a == 40 && u == 0 }},
+		{"fail_closed", nil, func(a, r, u int64) bool { return a == 0 && u == 40 }},
+		{"local", []string{"--instances", "4"}, func(a, r, u int64) bool { return a == 5 && r == 35 }}, // 20 / 4
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			srv := startRedis(t)
+			pol := filepath.Join(t.TempDir(), "p.yaml")
+			writePolicy(t, pol, "limits:\n  - name: g\n    key: \"t:{t}\"\n    capacity: 20\n    refill_per_second: 0.001\n")
+			p := serve(t, append([]string{"--config", pol, "--store", "redis://" + srv.Addr, "--store-timeout", "200ms",
+				"--on-store-error", tc.mode}, tc.args...)...)
+			if code, body := call(t, p, "GET", "/readyz", ""); code != 200 {
+				t.Fatalf("readyz: %d %s", code, body)
+			}
+			// Drain the key in Redis.
+			for range 20 {
+				if code, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`); code != 200 {
+					t.Fatalf("%d %s", code, body)
+				}
+			}
+			srv.Kill()
+			var a, r, u int64
+			for range 40 {
+				start := time.Now()
+				code, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`)
+				if d := time.Since(start); d > time.Second {
+					t.Fatalf("a check took %v with Redis down", d)
+				}
+				switch code {
+				case 200:
+					a++
+				case 429:
+					r++
+				case 503:
+					u++
+					if !strings.Contains(body, "store_error") {
+						t.Fatalf("503 body %s", body)
+					}
+				default:
+					t.Fatalf("%d %s", code, body)
+				}
+			}
+			if !tc.want(a, r, u) {
+				t.Fatalf("%s with Redis down: admitted %d, refused %d, unavailable %d", tc.mode, a, r, u)
+			}
+			if code, _ := call(t, p, "GET", "/readyz", ""); code != 503 {
+				t.Fatalf("readyz %d with Redis down", code)
+			}
+			p.waitLog(t, "store unreachable")
+			_, metrics := call(t, p, "GET", "/metrics", "")
+			if !strings.Contains(metrics, "sluice_store_degraded 1") {
+				t.Fatal("degraded gauge not set")
+			}
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				code, _ := call(t, p, "GET", "/readyz", "")
+				if code == 200 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("readyz did not recover")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			// Redis (empty after the restart) decides again: 20 admitted, then refused.
+			for i := range 21 {
+				code, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`)
+				if want := map[bool]int{true: 200, false: 429}[i < 20]; code != want {
+					t.Fatalf("after recovery, check %d: %d %s", i, code, body)
+				}
+			}
+			p.waitLog(t, "store reachable again")
+		})
+	}
+}
+
+// A frozen Redis (SIGSTOP) holds no request past the store timeout.
+func TestServeRedisPausedTimesOut(t *testing.T) {
+	srv := startRedis(t)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, "limits:\n  - name: g\n    key: \"t:{t}\"\n    capacity: 20\n    refill_per_second: 1\n")
+	p := serve(t, "--config", pol, "--store", "redis://"+srv.Addr, "--store-timeout", "200ms", "--on-store-error", "fail_closed")
+	if code, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	for range 10 {
+		start := time.Now()
+		code, _ := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`)
+		if d := time.Since(start); d > 700*time.Millisecond || code != 503 {
+			t.Fatalf("frozen Redis: %d after %v", code, d)
+		}
+	}
+	srv.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no recovery after SIGCONT")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
