@@ -267,3 +267,26 @@ func TestServeRedisPausedTimesOut(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// With --lease-tokens the instances still never admit more than B + r*t
+// together; they lose at most what the leases strand.
+func TestServeRedisLeasedTokens(t *testing.T) {
+	srv := startRedis(t)
+	const B, r = 400, 1000.0
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, fmt.Sprintf("limits:\n  - name: global\n    key: global\n    capacity: %d\n    refill_per_second: %v\n", B, r))
+	args := []string{"--config", pol, "--store", "redis://" + srv.Addr, "--lease-tokens", "--lease-ttl", "200ms"}
+	a := serve(t, args...)
+	b := serve(t, args...)
+	start := time.Now()
+	admitted, refused, other := hammer(t, []*proc{a, b}, 16, `{"descriptors":{}}`, start.Add(2*time.Second))
+	elapsed := time.Since(start)
+	bound := B + r*elapsed.Seconds()
+	t.Logf("leased: admitted %d, refused %d, other %d in %v; B + r*t = %.1f", admitted, refused, other, elapsed, bound)
+	if other != 0 || float64(admitted) > bound || float64(admitted) < bound-2*B/4-r*0.05 {
+		t.Fatalf("admitted %d (other %d), want <= %.1f and >= %.1f", admitted, other, bound, bound-2*B/4-r*0.05)
+	}
+	if code, _ := call(t, a, "GET", "/readyz", ""); code != 200 {
+		t.Fatal("readyz with leasing")
+	}
+}

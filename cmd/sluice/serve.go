@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/failover"
+	"github.com/sluicehq/sluice/store/lease"
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/sluicehq/sluice/store/redisstore"
 )
@@ -56,6 +57,8 @@ type serveCmd struct {
 	StorePrefix   string        `default:"sluice:" help:"Prefix of every Redis key (no braces)."`
 	StorePoolSize int           `help:"Redis connections per node for blocking calls (0: rueidis' default; decisions are pipelined whatever it is)."`
 	StoreTimeout  time.Duration `default:"250ms" help:"Bound on every Redis call; a slow Redis never holds a request longer."`
+	LeaseTokens   bool          `help:"Lease batches of tokens per hot key from Redis and spend them locally (far fewer round trips; never over-admits; unspent tokens return after --lease-ttl)."`
+	LeaseTTL      time.Duration `name:"lease-ttl" default:"1s" help:"How long leased tokens may be spent locally before the rest returns to Redis."`
 	OnStoreError  string        `default:"fail_open" enum:"fail_open,fail_closed,local" help:"When Redis cannot be reached: fail_open admits, fail_closed refuses (503), local enforces each limit in process with its budget divided by --instances. A limit's on_store_error overrides it."`
 	Instances     int           `default:"1" help:"Instances sharing the budget (divides budgets under --on-store-error local)."`
 }
@@ -282,6 +285,9 @@ func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.
 		return nil, sharedStore{}, fmt.Errorf("--store: %w", err)
 	}
 	var primary store.Store = rs
+	if c.LeaseTokens {
+		primary = lease.New(rs, lease.WithTTL(c.LeaseTTL))
+	}
 	fo, err := failover.New(failover.Config{Primary: primary, Mode: c.OnStoreError, Instances: c.Instances,
 		MaxKeys: c.MaxKeys, Logger: log, Registerer: reg})
 	if err != nil {
