@@ -301,7 +301,7 @@ func adjustEntry(a store.Adjustment, e *entry, d, wall int64) {
 		}
 		e.a, e.b, e.c = tat, origin, int64(phase)
 		_, dec := p.Step(tat, at, 0)
-		e.idle = d + int64(dec.ResetAfter)
+		e.idle = idleAt(d, int64(dec.ResetAfter))
 	case store.SlidingWindow, store.FixedWindow:
 		idx := wall / int64(sp.Window.Window)
 		if e.a != idx {
@@ -322,7 +322,7 @@ func adjustEntry(a store.Adjustment, e *entry, d, wall int64) {
 			cnt = &e.b
 		}
 		*cnt = max(*cnt+a.Delta, 0)
-		e.idle = max(e.idle, d+2*int64(sp.Window.Window))
+		e.idle = max(e.idle, idleAt(d, 2*int64(sp.Window.Window)))
 	}
 }
 
@@ -335,7 +335,7 @@ func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Dec
 			st = window.FixedState{Index: e.a, Count: e.b}
 		}
 		st, dec := sp.Window.Fixed(st, wall, it.Cost)
-		return entry{a: st.Index, b: st.Count, idle: d + int64(dec.ResetAfter)}, dec
+		return entry{a: st.Index, b: st.Count, idle: idleAt(d, int64(dec.ResetAfter))}, dec
 	}
 	if sp.Kind == store.SlidingWindow {
 		st := window.SlidingState{Index: math.MinInt64}
@@ -343,11 +343,21 @@ func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Dec
 			st = window.SlidingState{Index: e.a, Prev: e.b, Curr: e.c}
 		}
 		st, dec := sp.Window.Sliding(st, wall, it.Cost)
-		return entry{a: st.Index, b: st.Prev, c: st.Curr, idle: d + int64(dec.ResetAfter)}, dec
+		return entry{a: st.Index, b: st.Prev, c: st.Curr, idle: idleAt(d, int64(dec.ResetAfter))}, dec
 	}
 	tat, origin, phase := store.BucketState(&sp.Bucket, e.a, e.b, uint64(e.c), exists, d)
 	nt, dec := sp.Bucket.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, it.Cost)
-	return entry{a: nt, b: origin, c: int64(phase), idle: d + int64(dec.ResetAfter)}, dec
+	return entry{a: nt, b: origin, c: int64(phase), idle: idleAt(d, int64(dec.ResetAfter))}, dec
+}
+
+// idleAt is d + wait, saturating: a bucket deep in debt reports waits near
+// the largest duration, and an overflow would make it look idle (and be
+// evicted, forgetting the debt).
+func idleAt(d, wait int64) int64 {
+	if wait > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return d + wait
 }
 
 // peekSlots decides a Concurrency item without taking the slot.

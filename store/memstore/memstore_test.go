@@ -140,3 +140,36 @@ func TestRoomMadeKeepsTheRequestsOwnTake(t *testing.T) {
 		}
 	}
 }
+
+// A bucket charged deep into debt reports waits near the largest
+// duration; its idle time must not overflow into the past, which would
+// evict it and forget the debt.
+func TestDebtIsNotEvicted(t *testing.T) {
+	c := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(64))
+	sp, err := store.NewBucketSpec(bucket.Limit{Capacity: 1, Rate: 1e-3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	items := []store.Item{{Key: "k", Spec: sp, Cost: 1}}
+	if _, err := s.Take(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Second) // a later time: now + the longest wait overflows
+	if err := s.Adjust(ctx, []store.Adjustment{{Key: "k", Spec: sp, Delta: 1 << 50}}); err != nil {
+		t.Fatal(err)
+	}
+	// Many other keys: sweeps and room-making look for idle keys.
+	for i := range 2000 {
+		c.Advance(time.Second)
+		s.Take(ctx, []store.Item{{Key: fmt.Sprint("o", i), Spec: sp, Cost: 1}})
+	}
+	peek := []store.Item{{Key: "k", Spec: sp}}
+	if _, err := s.Take(ctx, peek); err != nil {
+		t.Fatal(err)
+	}
+	if peek[0].Decision.Allowed {
+		t.Fatalf("the debt was forgotten: %+v", peek[0].Decision)
+	}
+}
