@@ -127,9 +127,9 @@ type Store interface {
 	// unknown or expired lease is not an error.
 	Release(ctx context.Context, lease Lease) error
 	// Adjust applies corrections to items taken earlier (reserve, then
-	// settle). Keys that no longer exist are skipped (their state is full
-	// or empty again, which a refund cannot improve on and a charge treats
-	// as new).
+	// settle). A refund to a key that no longer exists is skipped (its
+	// state is full or empty again, which a refund cannot improve on); a
+	// charge to one counts against a new state.
 	Adjust(ctx context.Context, adj []Adjustment) error
 	// Close releases the store's resources.
 	Close() error

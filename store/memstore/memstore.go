@@ -280,19 +280,26 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		shd := &s.shards[s.shardOf(a.Key)]
 		shd.mu.Lock()
 		if e := shd.m[a.Key]; e != nil {
-			adjustEntry(a, e, d, wall)
+			adjustEntry(a, e, true, d, wall)
+		} else if a.Delta > 0 && (len(shd.m)+len(shd.leases) < s.perShard || s.makeRoom(shd, d)) {
+			// The key was evicted (its state was new again): the charge
+			// still counts, against a new state.
+			e := &entry{}
+			adjustEntry(a, e, false, d, wall)
+			shd.m[a.Key] = e
+			s.keys.Add(1)
 		}
 		shd.mu.Unlock()
 	}
 	return nil
 }
 
-func adjustEntry(a store.Adjustment, e *entry, d, wall int64) {
+func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
 	sp := a.Spec
 	switch sp.Kind {
 	case store.TokenBucket:
 		p := &sp.Bucket
-		tat, origin, phase := store.BucketState(p, e.a, e.b, uint64(e.c), true, d)
+		tat, origin, phase := store.BucketState(p, e.a, e.b, uint64(e.c), exists, d)
 		at := bucket.Instant{Elapsed: d - origin, Phase: phase}
 		if a.Delta < 0 {
 			tat = p.Refund(tat, -a.Delta)

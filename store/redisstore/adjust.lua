@@ -1,18 +1,18 @@
 -- sluice adjust: corrections to items taken earlier (reserve, then
 -- settle). ARGV: [1] now (hex) or '', [2] expire flag, then 7 fields per
 -- key: kind, sign ('-' returns, '+' charges), delta (hex), refund-before
--- (hex), and the kind's parameters (up to 3 fields used).
+-- (hex), and the kind's 7 parameter fields (as take's).
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
 for i = 1, #KEYS do
-  local a = 3 + (i - 1) * 9
+  local a = 3 + (i - 1) * 11
   local kind, sign, delta, before, key = ARGV[a], ARGV[a + 1], hex(ARGV[a + 2]), hex(ARGV[a + 3]), KEYS[i]
   if sign == '-' and cmp(now, before) >= 0 then
     -- refilled, or a new window: returning it would create credit
   elseif kind == 'b' then
     local P = bparams(a + 4)
     local st = load(key, 'b', 3)
-    if st then
+    if st or sign == '+' then -- a charge counts against a new state too
       local tat, origin, phase = bstate(P, st, now)
       local eneg, e = elapsed(now, origin)
       if sign == '-' then
@@ -31,6 +31,9 @@ for i = 1, #KEYS do
     local nf = 3
     if kind == 'f' then nf = 2 end
     local st = load(key, kind, nf)
+    if not st and sign == '+' then
+      if kind == 's' then st = {ZERO, ZERO, ZERO} else st = {ZERO, ZERO} end
+    end
     if st then
       local idx = wsplit(now, W)
       local skip = false

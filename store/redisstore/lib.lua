@@ -150,11 +150,15 @@ end
 local ZERO, ONE = {}, {1}
 local MAXINT = {B - 1, B - 1, 32767}   -- 2^63 - 1
 local MAXSTATE = {0, 0, 16384}          -- 2^62
-local POW2 = {}
-for k = 0, 32 do POW2[k] = num(2 ^ k) end
+local POW2 = {} -- 2^k as limbs, made when first needed (not on every call)
+local function pow2(k)
+  local p = POW2[k]
+  if not p then p = num(2 ^ k); POW2[k] = p end
+  return p
+end
 
-local function shl(a, k) return mul(a, POW2[k]) end
+local function shl(a, k) return mul(a, pow2(k)) end
 local function shr(a, k)
-  local q = divmod(a, POW2[k])
+  local q = divmod(a, pow2(k))
   return q
 end

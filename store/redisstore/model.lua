@@ -153,6 +153,11 @@ end
 -- state strings: a kind letter, then 16 hex digits per field.
 local function load(key, kind, nf)
   local s = redis.call('GET', key)
+  if s and kind == 'b' and #s == 41 and string.sub(s, 1, 1) == 'B' then
+    -- written by the double path: packed doubles, exact integers
+    local tat, oh, ol, ph = struct.unpack('<dddd', s, 2)
+    return {num(tat), add(mul(num(oh), {0, 256}), num(ol)), num(ph)}
+  end
   if not s or string.sub(s, 1, 1) ~= kind or #s ~= 1 + 16 * nf then return nil end
   local st = {}
   for i = 1, nf do st[i] = hex(s, 2 + 16 * (i - 1)) end

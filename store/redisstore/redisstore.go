@@ -32,10 +32,12 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -49,11 +51,28 @@ var (
 	libLua string
 	//go:embed model.lua
 	modelLua string
+	//go:embed fast.lua
+	fastLua string
 	//go:embed take.lua
 	takeLua string
+	//go:embed limbpath.lua
+	limbpathLua string
 	//go:embed adjust.lua
 	adjustLua string
 )
+
+// takeScript is the double path, then the limb model wrapped in a function
+// that runs only when a batch needs it (defining its functions on every
+// call would cost more than most decisions), then the batch loop.
+var takeScript = fastLua + `
+local LIMB
+local function limbs()
+  if LIMB then return LIMB end
+` + libLua + modelLua + limbpathLua + `
+  LIMB = {bucket = limb_bucket, window = limb_window}
+  return LIMB
+end
+` + takeLua
 
 // DefaultTimeout bounds every call to Redis unless WithTimeout says
 // otherwise.
@@ -102,6 +121,12 @@ type Store struct {
 	params  sync.Map // *store.Spec -> []string
 	closed  chan struct{}
 	once    sync.Once
+
+	mu       sync.Mutex // batching
+	inflight int
+	queue    []*call
+	fast     atomic.Uint64
+	decided  atomic.Uint64
 }
 
 // Open connects to the Redis at rawURL: redis://[user:password@]host:port[/db],
@@ -163,6 +188,7 @@ func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 	}
 	opt.ForceSingleClient = !cluster
 	opt.DisableCache = true // no client-side caching: every decision reads Redis
+	opt.DisableAutoPipelining = true
 	if opt.Dialer.Timeout == 0 {
 		opt.Dialer.Timeout = time.Second
 	}
@@ -202,7 +228,7 @@ func New(c rueidis.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: timeout %v must be positive", cfg.timeout)
 	}
 	s := &Store{c: c, cfg: cfg, closed: make(chan struct{}),
-		take:    rueidis.NewLuaScript(libLua + modelLua + takeLua),
+		take:    rueidis.NewLuaScript(takeScript),
 		adjust:  rueidis.NewLuaScript(libLua + modelLua + adjustLua),
 		cluster: c.Mode() == rueidis.ClientModeCluster,
 	}
@@ -256,8 +282,10 @@ func parseHex(v rueidis.RedisMessage) (int64, error) {
 	return int64(u), err
 }
 
-// paramsOf returns the script's 5 parameter fields for sp (cached: specs
-// are immutable).
+// paramsOf returns the script's 7 parameter fields for sp (cached: specs
+// are immutable). A token bucket whose numbers fit doubles exactly also
+// gets qn and rn (num = qn*den + rn), which select the script's double
+// path; others take the exact limb path.
 func (s *Store) paramsOf(sp *store.Spec) []string {
 	if p, ok := s.params.Load(sp); ok {
 		return p.([]string)
@@ -267,11 +295,15 @@ func (s *Store) paramsOf(sp *store.Spec) []string {
 	case store.TokenBucket:
 		b := &sp.Bucket
 		num, den, _ := b.Ratio()
-		p = []string{strconv.FormatUint(uint64(b.Shift()), 10), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed())}
+		qn, rn := "", ""
+		if den < 1<<26 && b.CapacityUnits() < 1<<52 && num/den < 1<<52 {
+			qn, rn = strconv.FormatUint(num/den, 10), strconv.FormatUint(num%den, 10)
+		}
+		p = []string{strconv.FormatUint(uint64(b.Shift()), 10), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed()), qn, rn}
 	case store.SlidingWindow, store.FixedWindow:
-		p = []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", ""}
+		p = []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", "", "", ""}
 	default:
-		p = []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", ""}
+		p = []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", "", "", ""}
 	}
 	s.params.Store(sp, p)
 	return p
@@ -318,45 +350,30 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			break
 		}
 	}
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	groups := s.groups(items)
-	execs := make([]rueidis.LuaExec, len(groups))
-	now := s.now()
-	for g, idx := range groups {
-		execs[g] = s.takeExec(items, idx, now, lease)
-	}
-	var replies []rueidis.RedisResult
-	if len(execs) == 1 {
-		replies = []rueidis.RedisResult{s.take.Exec(ctx, s.c, execs[0].Keys, execs[0].Args)}
-	} else {
-		replies = s.take.ExecMulti(ctx, s.c, execs...)
-	}
 	res := store.Result{Allowed: true}
-	var firstErr error
-	okGroup := make([]bool, len(groups))
-	for g, r := range replies {
-		ok, err := decode(r, items, groups[g])
+	if groups := s.groups(items); len(groups) > 1 {
+		ok, err := s.takeSlots(ctx, items, groups, lease)
 		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("redisstore: take: %w", err)
+			return store.Result{}, err
+		}
+		res.Allowed = ok
+	} else {
+		c := &call{items: items, lease: lease, done: make(chan struct{})}
+		if s.cluster {
+			s.run(ctx, []*call{c})
+		} else if !s.submit(ctx, c) {
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return store.Result{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
 			}
-			continue
 		}
-		okGroup[g] = ok
-		if !ok {
-			res.Allowed = false
+		if c.err != nil {
+			return store.Result{}, c.err
 		}
+		res.Allowed = c.ok
 	}
-	if firstErr != nil || !res.Allowed {
-		if len(groups) > 1 {
-			// Undo what the slots that admitted took (with a fresh
-			// deadline: the refund matters even if the caller gave up).
-			s.undo(items, groups, okGroup, lease)
-		}
-		if firstErr != nil {
-			return store.Result{}, firstErr
-		}
+	if !res.Allowed {
 		for i := range items {
 			items[i].RefundBefore = 0
 		}
@@ -371,48 +388,240 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	return res, nil
 }
 
-func (s *Store) takeExec(items []store.Item, idx []int, now, lease string) rueidis.LuaExec {
-	keys := make([]string, 0, len(idx))
-	args := make([]string, 0, 3+7*len(idx))
-	args = append(args, now, lease, s.expire())
-	for _, i := range idx {
-		it := &items[i]
-		keys = append(keys, s.Key(it.Spec.Kind, it.Key))
-		args = append(args, string(kindLetter[it.Spec.Kind]), hex64(it.Cost))
-		args = append(args, s.paramsOf(it.Spec)...)
-	}
-	return rueidis.LuaExec{Keys: keys, Args: args}
+// call is one request in a batch.
+type call struct {
+	items []store.Item
+	lease string
+	ok    bool
+	err   error
+	done  chan struct{}
 }
 
-// decode writes a take reply's decisions into the group's items.
-func decode(r rueidis.RedisResult, items []store.Item, idx []int) (bool, error) {
-	arr, err := r.ToArray()
-	if err != nil {
-		return false, err
+// Batching: at most maxInFlight script calls are in flight; a request
+// that finds them all busy queues, and the next call to finish sends the
+// queue (up to maxBatch requests) as one script call. A lone caller is
+// never delayed; many callers share round trips and script calls.
+const (
+	maxInFlight = 4
+	maxBatch    = 64
+)
+
+// submit runs c at once (returning true) when a slot is free, else queues
+// it (false; c.done closes when it is decided).
+func (s *Store) submit(ctx context.Context, c *call) bool {
+	s.mu.Lock()
+	if s.inflight < maxInFlight {
+		s.inflight++
+		s.mu.Unlock()
+		s.run(ctx, []*call{c}) // its own call: the caller's deadline applies
+		s.next()
+		return true
 	}
-	if len(arr) != 1+5*len(idx) {
-		return false, fmt.Errorf("script returned %d values for %d items", len(arr), len(idx))
+	s.queue = append(s.queue, c)
+	s.mu.Unlock()
+	return false
+}
+
+// next sends the queued requests, or frees the slot.
+func (s *Store) next() {
+	s.mu.Lock()
+	if len(s.queue) == 0 {
+		s.inflight--
+		s.mu.Unlock()
+		return
 	}
-	all, err := arr[0].AsInt64()
-	if err != nil {
-		return false, err
+	n := min(len(s.queue), maxBatch)
+	batch := make([]*call, n)
+	copy(batch, s.queue)
+	s.queue = append(s.queue[:0], s.queue[n:]...)
+	s.mu.Unlock()
+	go func() {
+		s.run(context.Background(), batch)
+		s.next()
+	}()
+}
+
+// run decides a batch in one script call (bounded by the store timeout)
+// and closes every call's done.
+func (s *Store) run(ctx context.Context, batch []*call) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	n := 0
+	for _, c := range batch {
+		n += len(c.items)
 	}
-	for j, i := range idx {
-		f := arr[1+5*j:]
-		ok, err := f[0].AsInt64()
-		if err != nil {
-			return false, err
-		}
-		var v [4]int64
-		for k := range v {
-			if v[k], err = parseHex(f[1+k]); err != nil {
-				return false, err
+	keys := make([]string, 0, n)
+	// The batch's specs, each sent once.
+	var specBuf [8]*store.Spec
+	specs := specBuf[:0]
+	index := func(sp *store.Spec) int {
+		for i, x := range specs {
+			if x == sp {
+				return i + 1
 			}
 		}
-		items[i].Decision = sluice.Decision{Allowed: ok == 1, Remaining: v[0], RetryAfter: time.Duration(v[1]), ResetAfter: time.Duration(v[2])}
-		items[i].RefundBefore = v[3]
+		specs = append(specs, sp)
+		return len(specs)
 	}
-	return all == 1, nil
+	tail := make([]string, 0, 1+2*len(batch)+2*n)
+	tail = append(tail, strconv.Itoa(len(batch)))
+	for _, c := range batch {
+		tail = append(tail, c.lease, strconv.Itoa(len(c.items)))
+		for i := range c.items {
+			it := &c.items[i]
+			keys = append(keys, s.Key(it.Spec.Kind, it.Key))
+			cost := strconv.FormatInt(it.Cost, 10)
+			if it.Cost >= 1<<53 {
+				cost = "x" + hex64(it.Cost)
+			}
+			tail = append(tail, strconv.Itoa(index(it.Spec)), cost)
+		}
+	}
+	args := make([]string, 0, 3+8*len(specs)+len(tail))
+	args = append(args, s.now(), s.expire(), strconv.Itoa(len(specs)))
+	for _, sp := range specs {
+		args = append(args, string(kindLetter[sp.Kind]))
+		args = append(args, s.paramsOf(sp)...)
+	}
+	args = append(args, tail...)
+	err := s.decode(s.take.Exec(ctx, s.c, keys, args), batch)
+	for _, c := range batch {
+		if err != nil {
+			c.err = fmt.Errorf("redisstore: take: %w", err)
+		}
+		close(c.done)
+	}
+}
+
+// value reads a reply value: an integer, or hex digits for 2^53 and more.
+func value(m rueidis.RedisMessage) (int64, error) {
+	if m.IsInt64() {
+		return m.AsInt64()
+	}
+	return parseHex(m)
+}
+
+// decode writes a take reply's decisions into the calls' items.
+func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
+	arr, err := r.ToArray()
+	if err != nil {
+		return err
+	}
+	want := 2
+	for _, c := range batch {
+		want += 1 + 4*len(c.items)
+	}
+	if len(arr) != want {
+		return fmt.Errorf("script returned %d values, want %d", len(arr), want)
+	}
+	fast, err := arr[0].AsInt64()
+	if err != nil {
+		return err
+	}
+	now, err := parseHex(arr[1])
+	if err != nil {
+		return err
+	}
+	s.fast.Add(uint64(fast))
+	arr = arr[2:]
+	for _, c := range batch {
+		all, err := arr[0].AsInt64()
+		if err != nil {
+			return err
+		}
+		c.ok = all == 1
+		for i := range c.items {
+			f := arr[1+4*i:]
+			var v [4]int64
+			for k := range v {
+				if v[k], err = value(f[k]); err != nil {
+					return err
+				}
+			}
+			it := &c.items[i]
+			it.Decision = sluice.Decision{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: time.Duration(v[2]), ResetAfter: time.Duration(v[3])}
+			it.RefundBefore = 0
+			if c.ok && it.Cost > 0 {
+				it.RefundBefore = refundBefore(it.Spec, now, v[3])
+			}
+		}
+		s.decided.Add(uint64(len(c.items)))
+		arr = arr[1+4*len(c.items):]
+	}
+	return nil
+}
+
+// refundBefore is the time (Redis' clock) until which an admitted item's
+// cost can be returned exactly: a bucket's until its tokens refill (its
+// reset), a window's until the window ends. Memstore's rule.
+func refundBefore(sp *store.Spec, now, reset int64) int64 {
+	switch sp.Kind {
+	case store.TokenBucket:
+		if reset > math.MaxInt64-now {
+			return math.MaxInt64
+		}
+		return now + reset
+	case store.SlidingWindow, store.FixedWindow:
+		w := int64(sp.Window.Window)
+		return now + w - ((now%w)+w)%w
+	}
+	return 0
+}
+
+// ScriptStats counts the items decided and how many of them took the
+// script's double path (the rest took the exact limb path).
+type ScriptStats struct {
+	Items, Fast uint64
+}
+
+// ScriptStats returns the counts so far.
+func (s *Store) ScriptStats() ScriptStats {
+	return ScriptStats{Items: s.decided.Load(), Fast: s.fast.Load()}
+}
+
+// takeSlots is Take over several hash slots of a cluster: each slot's
+// items are reserved by its own script call (all at once), and if any
+// slot refuses, the reservations of the others are refunded.
+func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]int, lease string) (bool, error) {
+	calls := make([]*call, len(groups))
+	var wg sync.WaitGroup
+	for g, idx := range groups {
+		c := &call{lease: lease, done: make(chan struct{})}
+		for _, i := range idx {
+			c.items = append(c.items, items[i])
+		}
+		calls[g] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.run(ctx, []*call{c})
+		}()
+	}
+	wg.Wait()
+	allowed := true
+	var firstErr error
+	okGroup := make([]bool, len(groups))
+	for g, c := range calls {
+		for j, i := range groups[g] {
+			items[i].Decision, items[i].RefundBefore = c.items[j].Decision, c.items[j].RefundBefore
+		}
+		switch {
+		case c.err != nil:
+			if firstErr == nil {
+				firstErr = c.err
+			}
+		case c.ok:
+			okGroup[g] = true
+		default:
+			allowed = false
+		}
+	}
+	if firstErr != nil || !allowed {
+		// Undo what the slots that admitted took (with a fresh deadline:
+		// the refund matters even if the caller gave up).
+		s.undo(items, groups, okGroup, lease)
+	}
+	return allowed, firstErr
 }
 
 // groups splits item indexes by hash slot (one group on a single Redis).

@@ -167,6 +167,11 @@ func TestIdenticalToMemstore(t *testing.T) {
 		{Capacity: 100, Rate: 1.0 / 7},
 		{Capacity: 10, Rate: 3},
 		{Capacity: 1, Rate: 1e-3},
+		// These fit the script's double path:
+		{Capacity: 1_000_000, Rate: 1e6},
+		{Capacity: 1000, Rate: 100},
+		{Capacity: 5000, Rate: 250_000},
+		{Capacity: 3, Rate: 5},
 	} {
 		sp, err := store.NewBucketSpec(l)
 		if err != nil {
@@ -182,6 +187,13 @@ func TestIdenticalToMemstore(t *testing.T) {
 	ctx := context.Background()
 	steps := []time.Duration{0, 1, 999, time.Microsecond, time.Millisecond, 37 * time.Millisecond, time.Second, 70 * time.Second, time.Hour}
 	refund := map[string]int64{}
+	defer func() {
+		st := rs.ScriptStats()
+		t.Logf("script: %d items, %d on the double path", st.Items, st.Fast)
+		if st.Fast < st.Items/10 || st.Fast == st.Items {
+			t.Errorf("both script paths must be exercised: %+v", st)
+		}
+	}()
 	for step := range 4000 {
 		clock.Advance(steps[rng.IntN(len(steps))] + time.Duration(rng.Int64N(1000)))
 		var a, b []store.Item
@@ -230,5 +242,165 @@ func TestIdenticalToMemstore(t *testing.T) {
 					a[i].Decision, a[i].RefundBefore, b[i].Decision, b[i].RefundBefore)
 			}
 		}
+	}
+}
+
+// A state that the limb model rebased (its debt outlived MaxElapsed) comes
+// back to the double path with a phase; decisions stay identical.
+func TestRebasedStateOnTheDoublePath(t *testing.T) {
+	clock := sluice.NewManualClock(storetest.Epoch)
+	rs := open(t, redisstore.WithScriptClock(clock))
+	ms := memstore.New(memstore.WithClock(clock))
+	sp := mustSpec(t, 1000, 100) // MaxElapsed about a month; den = 5^7
+	ctx := context.Background()
+	maxDays := time.Duration(sp.Bucket.MaxElapsed())
+	debt := int64((maxDays + 2*time.Second).Seconds() * 100)
+	for _, s := range []store.Store{ms, rs} {
+		if _, err := s.Take(ctx, []store.Item{{Key: "k", Spec: sp, Cost: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Adjust(ctx, []store.Adjustment{{Key: "k", Spec: sp, Delta: debt}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(maxDays + time.Second) // 100 tokens of debt left: 900 to take
+	before := rs.ScriptStats()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for step := range 3000 {
+		clock.Advance(time.Duration(rng.Int64N(int64(40 * time.Millisecond))))
+		a := []store.Item{{Key: "k", Spec: sp, Cost: rng.Int64N(8)}}
+		b := []store.Item{a[0]}
+		ms.Take(ctx, a)
+		if _, err := rs.Take(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if a[0].Decision != b[0].Decision {
+			t.Fatalf("step %d: memstore %+v, redis %+v", step, a[0].Decision, b[0].Decision)
+		}
+	}
+	if st := rs.ScriptStats(); st.Fast-before.Fast < 2900 {
+		t.Fatalf("the rebased state did not take the double path: %+v -> %+v", before, st)
+	}
+}
+
+// Redis TIME can step back (a failover, an NTP step). A reading earlier
+// than a key's last write counts as the time of that write: the bucket
+// never holds more than it did then, and waits are measured from the
+// stale reading. (The in-process store reads a monotonic clock.)
+func TestStaleTimeCountsAsTheLastWrite(t *testing.T) {
+	clock := sluice.NewManualClock(storetest.Epoch)
+	rs := open(t, redisstore.WithScriptClock(clock))
+	ctx := context.Background()
+	for _, sp := range []*store.Spec{mustSpec(t, 10, 100), mustSpec(t, 10, 99.9)} { // double path, limb path
+		key := fmt.Sprint(sp.Bucket.Limit())
+		take := func(cost int64) sluice.Decision {
+			items := []store.Item{{Key: key, Spec: sp, Cost: cost}}
+			if _, err := rs.Take(ctx, items); err != nil {
+				t.Fatal(err)
+			}
+			return items[0].Decision
+		}
+		take(10)
+		clock.Advance(50 * time.Millisecond) // 5 tokens back
+		take(1)                              // a write at t1
+		at1 := take(0)
+		clock.Advance(-20 * time.Millisecond) // 2 tokens fewer, were it not clamped
+		stale := take(0)
+		if stale.Remaining != at1.Remaining || stale.Allowed != at1.Allowed {
+			t.Fatalf("%v: stale reading %+v, at the last write %+v", sp.Bucket.Limit(), stale, at1)
+		}
+		if stale.ResetAfter != at1.ResetAfter+20*time.Millisecond {
+			t.Fatalf("%v: stale reset %v, want %v + 20ms", sp.Bucket.Limit(), stale.ResetAfter, at1.ResetAfter)
+		}
+		clock.Advance(20 * time.Millisecond)
+	}
+}
+
+// A state not written for long (deep in debt) gives products e*rn beyond
+// 2^53: the double path splits them; decisions stay identical.
+func TestLongElapsedOnTheDoublePath(t *testing.T) {
+	clock := sluice.NewManualClock(storetest.Epoch)
+	rs := open(t, redisstore.WithScriptClock(clock))
+	ms := memstore.New(memstore.WithClock(clock))
+	sp := mustSpec(t, 3, 5) // den = 781250, rn = 370966: e*rn passes 2^53 after 24 s
+	ctx := context.Background()
+	before := rs.ScriptStats()
+	for _, s := range []store.Store{ms, rs} {
+		if _, err := s.Take(ctx, []store.Item{{Key: "k", Spec: sp, Cost: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Adjust(ctx, []store.Adjustment{{Key: "k", Spec: sp, Delta: 400}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []time.Duration{60 * time.Second, 17*time.Second + 123456789, 3 * time.Second, time.Second} {
+		clock.Advance(step)
+		for cost := range int64(4) {
+			a := []store.Item{{Key: "k", Spec: sp, Cost: cost}}
+			b := []store.Item{a[0]}
+			ms.Take(ctx, a)
+			if _, err := rs.Take(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			if a[0].Decision != b[0].Decision {
+				t.Fatalf("after %v cost %d: memstore %+v, redis %+v", step, cost, a[0].Decision, b[0].Decision)
+			}
+		}
+	}
+	if st := rs.ScriptStats(); st.Fast-before.Fast < 14 {
+		t.Fatalf("not on the double path: %+v -> %+v", before, st)
+	}
+}
+
+// With Redis' own clock, a key expires when its state equals a new key's
+// again (a double-path bucket up to a second later, so that most writes
+// keep the TTL): no garbage is left, and no key expires early.
+func TestKeysExpireWhenNewAgain(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	pttl := func(key string) int64 {
+		v, err := s.Client().Do(ctx, s.Client().B().Pttl().Key(key).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name  string
+		sp    *store.Spec
+		slack int64 // ms the key may outlive its state
+	}{
+		{"double-path bucket", mustSpec(t, 10, 100), 1000},
+		{"limb-path bucket", mustSpec(t, 10, 99.9), 0},
+		{"sliding window", &store.Spec{Kind: store.SlidingWindow, Window: windowLimit(10, 200*time.Millisecond)}, 0},
+	} {
+		key := tc.name
+		for i := range 5 {
+			items := []store.Item{{Key: key, Spec: tc.sp, Cost: 2}}
+			if _, err := s.Take(ctx, items); err != nil {
+				t.Fatal(err)
+			}
+			reset := items[0].Decision.ResetAfter.Milliseconds()
+			got := pttl(s.Key(tc.sp.Kind, key))
+			if got < reset || got > reset+tc.slack+5 {
+				t.Fatalf("%s take %d: PTTL %d ms, state new again in %d ms (slack %d)", tc.name, i, got, reset, tc.slack)
+			}
+		}
+	}
+	// In-flight leases: the set lives as long as its last lease.
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, LeaseTTL: 300 * time.Millisecond}
+	if _, err := s.Take(ctx, []store.Item{{Key: "c", Spec: conc, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pttl(s.Key(store.Concurrency, "c")); got < 300 || got > 302 {
+		t.Fatalf("lease set PTTL %d", got)
+	}
+	time.Sleep(1300 * time.Millisecond)
+	n, err := s.Client().Do(ctx, s.Client().B().Keys().Pattern(s.Key(store.TokenBucket, "*")[:len(s.Key(store.TokenBucket, ""))-2]+"*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n) != 0 {
+		t.Fatalf("garbage left: %q", n)
 	}
 }

@@ -1,85 +1,131 @@
--- sluice take: all-or-nothing admission of KEYS[i] (items), in one script
--- so that it is atomic. ARGV: [1] now (hex ns) or '' for Redis TIME,
--- [2] lease id, [3] '1' to let keys expire when their state is new again,
--- then 7 fields per item: kind (b bucket, s sliding, f fixed, c
--- concurrency), cost (hex), and the kind's parameters.
--- Returns {allowed, then per item: allowed, remaining, retry, reset,
--- refund-before (hex)}.
-local now = now_ns(ARGV[1])
-local lease, expire = ARGV[2], ARGV[3] == '1'
-local n = #KEYS
-local out = {1}
-local pend = {}
-local all = true
-for i = 1, n do
-  local a = 4 + (i - 1) * 7
-  local kind, cost, key = ARGV[a], hex(ARGV[a + 1]), KEYS[i]
-  local ok, rem, retry, reset, st, refund
-  refund = ZERO
-  if kind == 'b' then
-    local P = bparams(a + 2)
-    local tat, origin, phase = bstate(P, load(key, 'b', 3), now)
-    local eneg, e = elapsed(now, origin)
-    local nt
-    nt, ok, rem, retry, reset = bstep(P, tat, eneg, e, phase, cost)
-    st = {nt, origin, phase}
-    refund = add(now, reset)
-  elseif kind == 's' or kind == 'f' then
-    local N, W = hex(ARGV[a + 2]), hex(ARGV[a + 3])
-    if kind == 's' then
-      st, ok, rem, retry, reset = wslide(N, W, load(key, 's', 3), now, cost)
-    else
-      st, ok, rem, retry, reset = wfixed(N, W, load(key, 'f', 2), now, cost)
-    end
-    local _, e = wsplit(now, W)
-    refund = add(now, sub(W, e))
-  else
-    -- concurrency: a sorted set of lease ids scored by expiry (Unix us)
-    local max, ttl = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    local q, r = divsmall(now, 1000)
-    local us = tonum(q)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', us))
-    local live = redis.call('ZCARD', key)
-    local take = 0
-    if #cost > 0 then take = 1 end
-    local last = 0
-    if live > 0 then last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
-    retry, reset = ZERO, ZERO
-    if live + take <= max then
-      ok, rem = true, num(max - live - take)
-      if take > 0 then last = us + ttl end
-    else
-      ok, rem = false, ZERO
-      local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
-      retry = sub(num((first - us) * 1000), num(r))
-    end
-    if last > us then reset = sub(num((last - us) * 1000), num(r)) end
-    st = {us + ttl, ttl}
+-- sluice take: decides a batch of requests, each all-or-nothing over its
+-- items, in one atomic script.
+-- ARGV: [1] now (16 hex digits, ns) or '' for Redis TIME; [2] '1' to let
+-- keys expire when their state is new again; [3] S, the number of specs,
+-- then 8 fields per spec: kind (b bucket, s sliding window, f fixed
+-- window, c concurrency) and 7 parameters; then R, the number of
+-- requests, and per request its lease id and item count m, then 2 fields
+-- per item: spec index and cost (decimal, or 'x' and 16 hex digits).
+-- KEYS are the items' keys, request after request.
+-- Returns {items decided on doubles, now (hex), then per request:
+-- allowed, then per item: allowed, remaining, retry, reset (integers, or
+-- hex strings when 2^53 or more)}.
+local nh, nl = now2(ARGV[1])
+local nowhex = hex2(nh, nl)
+local nowms -- Unix ms, made when a write needs it
+local expire = ARGV[2] == '1'
+
+local specs = {}
+local a = 4
+for i = 1, tonumber(ARGV[3]) do
+  local kind = ARGV[a]
+  local sp = {kind = kind, at = a + 1}
+  if kind == 'b' and ARGV[a + 6] ~= '' then
+    local ch, cl = split16(ARGV[a + 2], 1)
+    local uh, ul = split16(ARGV[a + 3], 1)
+    local dh, dl = split16(ARGV[a + 4], 1)
+    local mh, ml = split16(ARGV[a + 5], 1)
+    sp.F = {k2 = 2 ^ tonumber(ARGV[a + 1]), qn = tonumber(ARGV[a + 6]), rn = tonumber(ARGV[a + 7]),
+      C = ch * T32 + cl, num = uh * T32 + ul, den = dh * T32 + dl, M = mh * T32 + ml}
   end
-  if not ok then all = false end
-  pend[i] = {kind, st, reset, cost}
-  local j = 1 + (i - 1) * 5
-  out[j + 1] = ok and 1 or 0
-  out[j + 2] = tohex(rem)
-  out[j + 3] = tohex(retry)
-  out[j + 4] = tohex(reset)
-  out[j + 5] = tohex(refund)
+  specs[i] = sp
+  a = a + 8
 end
-if not all then
-  out[1] = 0
-  for i = 1, n do out[1 + (i - 1) * 5 + 5] = tohex(ZERO) end
-  return out
-end
-for i = 1, n do
-  local p = pend[i]
-  local kind, st, reset, cost = p[1], p[2], p[3], p[4]
-  if #cost == 0 then
-    out[1 + (i - 1) * 5 + 5] = tohex(ZERO)
-  elseif kind == 'c' then
-    redis.call('ZADD', KEYS[i], string.format('%d', st[1]), lease)
-    if expire then redis.call('PEXPIRE', KEYS[i], string.format('%d', math.ceil(st[2] / 1000) + 1)) end
+
+local out = {0, nowhex}
+local fastn = 0
+local k = 0
+local nreq = tonumber(ARGV[a])
+a = a + 1
+for req = 1, nreq do
+  local lease, m = ARGV[a], tonumber(ARGV[a + 1])
+  a = a + 2
+  local head = #out + 1
+  out[head] = 1
+  local pend = {}
+  local all = true
+  for i = 1, m do
+    k = k + 1
+    local sp, cs, key = specs[tonumber(ARGV[a])], ARGV[a + 1], KEYS[k]
+    a = a + 2
+    local kind = sp.kind
+    local costn = tonumber(cs) -- the cost as a number (nil: 'x' and hex, 2^53 or more)
+    local ok, rem, retry, reset, save1
+    if kind == 'b' then
+      local fast = false
+      local F = sp.F
+      if F and costn then
+        local st, oldexp = fload(redis.call('GET', key))
+        if st ~= false then
+          local nst
+          ok, rem, retry, reset, nst = fbucket(F, st, nh, nl, costn)
+          if ok ~= nil then
+            fast = true
+            fastn = fastn + 1
+            save1 = {key, nst, reset, oldexp}
+          end
+        end
+      end
+      if not fast then
+        ok, rem, retry, reset, save1 = limbs().bucket(sp.at, key, costn, cs, nowhex, expire)
+      end
+    elseif kind == 's' or kind == 'f' then
+      ok, rem, retry, reset, save1 = limbs().window(kind, sp.at, key, costn, cs, nowhex, expire)
+    else
+      -- concurrency: a sorted set of lease ids scored by expiry (Unix us)
+      local max, ttl = tonumber(ARGV[sp.at]), tonumber(ARGV[sp.at + 1])
+      local x = nh * 296 + nl -- ns = nh*2^32 + nl = nh*(4294967*1000 + 296) + nl
+      local q = floor(x / 1000)
+      local r = x - q * 1000
+      local us = nh * 4294967 + q
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', us))
+      local live = redis.call('ZCARD', key)
+      local take = 0
+      if costn ~= 0 then take = 1 end
+      local last = 0
+      if live > 0 then last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
+      retry, reset = 0, 0
+      if live + take <= max then
+        ok, rem = true, max - live - take
+        if take > 0 then last = us + ttl end
+      else
+        ok, rem = false, 0
+        local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+        retry = (first - us) * 1000 - r
+      end
+      if last > us then reset = (last - us) * 1000 - r end
+      if take > 0 then
+        save1 = function()
+          redis.call('ZADD', key, string.format('%d', us + ttl), lease)
+          if expire then redis.call('PEXPIRE', key, string.format('%d', math.ceil(ttl / 1000) + 1)) end
+        end
+      end
+    end
+    if not ok then all = false end
+    if costn == 0 then save1 = nil end -- a peek writes nothing
+    pend[i] = save1
+    local j = #out
+    out[j + 1] = ok and 1 or 0
+    out[j + 2] = rem
+    out[j + 3] = retry
+    out[j + 4] = reset
+  end
+  if all then
+    for i = 1, m do
+      local p = pend[i]
+      if type(p) == 'table' then -- a double-path bucket: {key, state, reset, expiry}
+        if not nowms then
+          -- ns = nh*2^32 + nl, and 2^32 = 4294*10^6 + 967296
+          nowms = nh * 4294 + floor((nh * 967296 + nl) / 1000000)
+        end
+        fstore(p[1], p[2], p[3], nowms, p[4], expire)
+      elseif p then
+        p()
+      end
+    end
   else
-    save(KEYS[i], kind, st, reset, expire)
+    out[head] = 0
   end
 end
+out[1] = fastn
 return out

@@ -1,0 +1,198 @@
+-- sluice: the token-bucket transition on plain doubles, for parameters and
+-- states small enough that every intermediate is an exact integer below
+-- 2^53 (checked at each step; the caller falls back to the limb model
+-- when any check fails, so both give the same decision). Time is a pair
+-- of 32-bit halves (nanoseconds since the Unix epoch exceed 2^53); the
+-- virtual clock is V(e) = e*qn + floor((e*rn + phase)/den), where
+-- num = qn*den + rn, which is floor((e*num + phase)/den) exactly.
+local floor = math.floor
+local T32 = 4294967296
+local T52 = 4503599627370496
+local T53 = 9007199254740992
+
+local function split16(s, i)
+  return tonumber(string.sub(s, i, i + 7), 16), tonumber(string.sub(s, i + 8, i + 15), 16)
+end
+
+local function hex2(h, l) return string.format('%08x%08x', h, l) end
+
+local function dhex(x)
+  local h = floor(x / T32)
+  return string.format('%08x%08x', h, x - h * T32)
+end
+
+local function fdiv(x, den) -- floor and remainder of x / den, x < 2^53
+  local q = floor(x / den)
+  local r = x - q * den
+  if r < 0 then q = q - 1; r = r + den elseif r >= den then q = q + 1; r = r - den end
+  return q, r
+end
+
+-- fV returns V(e) and the remainder of its division, or nil. e*rn + phase
+-- may exceed 2^53: then it is split as (eh*rn)*2^26 + (el*rn + phase).
+local function fV(F, e, ph)
+  local a = e * F.qn
+  if a >= T52 then return nil end
+  local f = e * F.rn + ph
+  local q, r
+  if f < T53 then
+    q, r = fdiv(f, F.den)
+  else
+    local eh = floor(e / 67108864)
+    local A = eh * F.rn
+    if A >= T53 then return nil end
+    local qa, ra = fdiv(A, F.den)
+    local qx
+    qx, r = fdiv(ra * 67108864 + (e - eh * 67108864) * F.rn + ph, F.den)
+    q = qa * 67108864 + qx
+  end
+  local v = a + q
+  if v >= T52 then return nil end
+  return v, r
+end
+
+-- fwait is wait: the ns from elapsed time (eneg, e) until V >= target,
+-- found as the least x with V(x) >= target from a floating estimate.
+local function fwait(F, target, eneg, e, ph)
+  if target <= 0 then return 0 end
+  local x = floor((target * F.den - ph) / F.num)
+  if x < 0 then x = 0 end
+  if x >= T52 then return nil end
+  local v = fV(F, x, ph)
+  if not v then return nil end
+  local n = 0
+  while v >= target and x > 0 do
+    x = x - 1
+    v = fV(F, x, ph)
+    n = n + 1
+    if not v or n > 64 then return nil end
+  end
+  while v < target do
+    x = x + 1
+    v = fV(F, x, ph)
+    n = n + 1
+    if not v or n > 64 then return nil end
+  end
+  if eneg then
+    if x + e >= T52 then return nil end
+    return x + e
+  end
+  if x <= e then return 0 end
+  return x - e
+end
+
+-- fbucket is store.BucketState then bucket.Params.Step. st is nil (no
+-- state) or {tat, origin high, origin low, phase}; now is (nh, nl).
+-- Returns nil, or allowed, remaining, retry, reset and the new state.
+local function fbucket(F, st, nh, nl, cost)
+  local tat, oh, ol, ph
+  if not st then
+    tat, oh, ol, ph = 0, nh, nl, 0
+  else
+    tat, oh, ol, ph = st[1], st[2], st[3], st[4]
+    local d = (nh - oh) * T32 + (nl - ol) -- exact while |nh - oh| < 2^20
+    if d > 0 and d * F.num / F.den > tat * 1.000001 + 16 then
+      -- Surely full (V(d) > tat even allowing for rounding): the same
+      -- as new, whatever d's size.
+      tat, oh, ol, ph = 0, nh, nl, 0
+    else
+      if nh - oh >= 1048576 or oh - nh >= 1048576 then return nil end
+      local dh, dl = nh, nl
+      if d < 0 then d, dh, dl = 0, oh, ol end -- a stale time counts as the origin
+      if d > F.M then return nil end          -- past MaxElapsed: a rebase (limb model)
+      local v = fV(F, d, ph)
+      if not v then return nil end
+      if tat <= v then tat, oh, ol, ph = 0, dh, dl, 0 end -- full: the same as new
+    end
+  end
+  local e = (nh - oh) * T32 + (nl - ol)
+  local eneg, ea = e < 0, e
+  local v, r
+  if eneg then
+    ea = -e
+    v, r = fV(F, 0, ph)
+  else
+    v, r = fV(F, e, ph)
+  end
+  if not v then return nil end
+  local full = tat <= v
+  local base = tat
+  if full then
+    base = v
+    if r > 0 then base = v + 1 end
+  end
+  local nt = base + cost * F.k2
+  local cv = F.C + v
+  if nt >= T53 or cv >= T53 then return nil end
+  if full or nt <= cv then
+    local rem = 0
+    if nt <= cv then rem = floor((cv - nt) / F.k2) end
+    local reset = fwait(F, nt, eneg, ea, ph)
+    if not reset then return nil end
+    if cost == 0 then return true, rem, 0, reset, {tat, oh, ol, ph} end
+    if not eneg then
+      -- Rebase to now (exact, as bucket.Params.Rebase: the new origin
+      -- keeps the clock's phase), so that the next decision's elapsed
+      -- time is short and its products stay below 2^53.
+      return true, rem, 0, reset, {nt - v, nh, nl, r}
+    end
+    return true, rem, 0, reset, {nt, oh, ol, ph}
+  end
+  local rem = 0
+  if base <= cv then rem = floor((cv - base) / F.k2) end
+  local retry = fwait(F, nt - F.C, eneg, ea, ph)
+  if not retry then return nil end
+  local reset = fwait(F, base, eneg, ea, ph)
+  if not reset then return nil end
+  return false, rem, retry, reset, {tat, oh, ol, ph}
+end
+
+-- fload reads a bucket state for fbucket: nil when absent, false when it
+-- does not fit the double path; else the state and the key's expiry (Unix
+-- ms, nil when unknown). States written by the double path are 'B' and
+-- five packed doubles (tat, origin high, origin low, phase, expiry); those
+-- of the limb path 'b' and hex.
+local function fload(s)
+  if not s then return nil end
+  local c = string.sub(s, 1, 1)
+  if c == 'B' and #s == 41 then
+    local tat, oh, ol, ph, exp = struct.unpack('<ddddd', s, 2)
+    return {tat, oh, ol, ph}, exp
+  end
+  if c ~= 'b' or #s ~= 49 then return nil end
+  local th, tl = split16(s, 2)
+  local oh, ol = split16(s, 18)
+  local pq, pl = split16(s, 34)
+  if th >= 1048576 or pq ~= 0 then return false end
+  return {th * T32 + tl, oh, ol, pl}
+end
+
+-- fstore writes a double-path state. With expire, the key expires about
+-- a second after its bucket is full again (when it equals a new key): the
+-- expiry is extended only when the bucket's own deadline passes it, so
+-- most writes keep the TTL (cheaper than setting one).
+local function fstore(key, st, reset, nowms, oldexp, expire)
+  if not expire then
+    redis.call('SET', key, 'B' .. struct.pack('<ddddd', st[1], st[2], st[3], st[4], 0))
+    return
+  end
+  local need = nowms + math.ceil(reset / 1000000)
+  if oldexp and oldexp >= need and oldexp <= need + 2000 then
+    redis.call('SET', key, 'B' .. struct.pack('<ddddd', st[1], st[2], st[3], st[4], oldexp), 'KEEPTTL')
+    return
+  end
+  local exp = need + 1000
+  redis.call('SET', key, 'B' .. struct.pack('<ddddd', st[1], st[2], st[3], st[4], exp), 'PX', string.format('%d', exp - nowms))
+end
+
+-- now as 32-bit halves, from ARGV or Redis TIME (s*1e9 = s*1953125*2^9,
+-- exact below 2^53 before the shift).
+local function now2(arg)
+  if arg ~= '' then return split16(arg, 1) end
+  local t = redis.call('TIME')
+  local v = tonumber(t[1]) * 1953125
+  local vh = floor(v / 8388608)
+  local lo = (v - vh * 8388608) * 512 + tonumber(t[2]) * 1000
+  local c = floor(lo / T32)
+  return vh + c, lo - c * T32
+end

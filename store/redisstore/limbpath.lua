@@ -1,0 +1,49 @@
+-- sluice: take's limb paths (token buckets whose numbers exceed doubles,
+-- and windows), defined only when a batch needs them.
+
+-- outv turns limbs into a reply value.
+local function outv(x)
+  if #x < 3 or x[3] < 32 then return tonum(x) end
+  return tohex(x)
+end
+
+-- costl is an item's cost as limbs.
+local function costl(costn, cs)
+  if costn then return num(costn) end
+  return hex(cs, 2)
+end
+
+local nowl, nowlhex
+
+local function limbnow(nowhex)
+  if nowlhex ~= nowhex then nowl, nowlhex = hex(nowhex), nowhex end
+  return nowl
+end
+
+local function limb_bucket(at, key, costn, cs, nowhex, expire)
+  local now = limbnow(nowhex)
+  local P = bparams(at)
+  local cost = costl(costn, cs)
+  local tat, origin, phase = bstate(P, load(key, 'b', 3), now)
+  local eneg, e = elapsed(now, origin)
+  local nt, ok, rem, retry, rr = bstep(P, tat, eneg, e, phase, cost)
+  if ok and #cost > 0 and not eneg then
+    -- Rebase to now (exact), as the double path does: the state's
+    -- origin is its last write.
+    local v, r = units(P, false, e, phase)
+    nt, origin, phase = sub(nt, v), now, r
+  end
+  return ok, outv(rem), outv(retry), outv(rr), function() save(key, 'b', {nt, origin, phase}, rr, expire) end
+end
+
+local function limb_window(kind, at, key, costn, cs, nowhex, expire)
+  local now = limbnow(nowhex)
+  local N, W, cost = hex(ARGV[at]), hex(ARGV[at + 1]), costl(costn, cs)
+  local st, ok, rem, retry, rr
+  if kind == 's' then
+    st, ok, rem, retry, rr = wslide(N, W, load(key, 's', 3), now, cost)
+  else
+    st, ok, rem, retry, rr = wfixed(N, W, load(key, 'f', 2), now, cost)
+  end
+  return ok, outv(rem), outv(retry), outv(rr), function() save(key, kind, st, rr, expire) end
+end
