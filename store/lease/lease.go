@@ -204,7 +204,9 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			}
 			extra := s.batch(e, now)
 			if e.known && e.remote.Remaining < deficit+extra {
-				extra = 0 // the shared bucket is low: take only what is needed
+				// The shared bucket is low: lease at most half of what it
+				// had left beyond this request, leaving the rest to others.
+				extra = max(min(extra, (e.remote.Remaining-deficit)/2), 0)
 			}
 			need = append(need, store.Item{Key: it.Key, Spec: it.Spec, Cost: deficit + extra})
 			needAt = append(needAt, i)

@@ -30,20 +30,22 @@ end
 
 -- fV returns V(e) and the remainder of its division, or nil. e*rn + phase
 -- may exceed 2^53: then it is split as (eh*rn)*2^26 + (el*rn + phase).
-local function fV(F, e, ph)
-  local a = e * F.qn
+local function fV(qn, rn, den, e, ph)
+  local a = e * qn
   if a >= T52 then return nil end
-  local f = e * F.rn + ph
+  local f = e * rn + ph
   local q, r
   if f < T53 then
-    q, r = fdiv(f, F.den)
+    q = floor(f / den)
+    r = f - q * den
+    if r < 0 then q = q - 1; r = r + den elseif r >= den then q = q + 1; r = r - den end
   else
     local eh = floor(e / 67108864)
-    local A = eh * F.rn
+    local A = eh * rn
     if A >= T53 then return nil end
-    local qa, ra = fdiv(A, F.den)
+    local qa, ra = fdiv(A, den)
     local qx
-    qx, r = fdiv(ra * 67108864 + (e - eh * 67108864) * F.rn + ph, F.den)
+    qx, r = fdiv(ra * 67108864 + (e - eh * 67108864) * rn + ph, den)
     q = qa * 67108864 + qx
   end
   local v = a + q
@@ -52,26 +54,28 @@ local function fV(F, e, ph)
 end
 
 -- fwait is wait: the ns from elapsed time (eneg, e) until V >= target,
--- found as the least x with V(x) >= target from a floating estimate.
-local function fwait(F, target, eneg, e, ph)
+-- found as the least x with V(x) >= target, from a floating estimate.
+local function fwait(qn, rn, den, num, target, eneg, e, ph)
   if target <= 0 then return 0 end
-  local x = floor((target * F.den - ph) / F.num)
+  local x = floor((target * den - ph) / num)
   if x < 0 then x = 0 end
   if x >= T52 then return nil end
-  local v = fV(F, x, ph)
+  local v = fV(qn, rn, den, x, ph)
   if not v then return nil end
   local n = 0
-  while v >= target and x > 0 do
-    x = x - 1
-    v = fV(F, x, ph)
-    n = n + 1
-    if not v or n > 64 then return nil end
-  end
-  while v < target do
-    x = x + 1
-    v = fV(F, x, ph)
-    n = n + 1
-    if not v or n > 64 then return nil end
+  if v >= target then
+    while x > 0 do -- down while the one before is still enough
+      local w = fV(qn, rn, den, x - 1, ph)
+      if not w or n > 64 then return nil end
+      if w < target then break end
+      x, n = x - 1, n + 1
+    end
+  else
+    repeat
+      x, n = x + 1, n + 1
+      v = fV(qn, rn, den, x, ph)
+      if not v or n > 64 then return nil end
+    until v >= target
   end
   if eneg then
     if x + e >= T52 then return nil end
@@ -81,17 +85,16 @@ local function fwait(F, target, eneg, e, ph)
   return x - e
 end
 
--- fbucket is store.BucketState then bucket.Params.Step. st is nil (no
--- state) or {tat, origin high, origin low, phase}; now is (nh, nl).
--- Returns nil, or allowed, remaining, retry, reset and the new state.
-local function fbucket(F, st, nh, nl, cost)
-  local tat, oh, ol, ph
-  if not st then
+-- fbucket is store.BucketState then bucket.Params.Step on a state (tat,
+-- origin high and low halves, phase) or none (new). Returns nil, or
+-- allowed, remaining, retry, reset and the new state's four fields.
+local function fbucket(F, has, tat, oh, ol, ph, nh, nl, cost)
+  local qn, rn, den = F.qn, F.rn, F.den
+  if not has then
     tat, oh, ol, ph = 0, nh, nl, 0
   else
-    tat, oh, ol, ph = st[1], st[2], st[3], st[4]
     local d = (nh - oh) * T32 + (nl - ol) -- exact while |nh - oh| < 2^20
-    if d > 0 and d * F.num / F.den > tat * 1.000001 + 16 then
+    if d > 0 and d * F.num / den > tat * 1.000001 + 16 then
       -- Surely full (V(d) > tat even allowing for rounding): the same
       -- as new, whatever d's size.
       tat, oh, ol, ph = 0, nh, nl, 0
@@ -100,7 +103,7 @@ local function fbucket(F, st, nh, nl, cost)
       local dh, dl = nh, nl
       if d < 0 then d, dh, dl = 0, oh, ol end -- a stale time counts as the origin
       if d > F.M then return nil end          -- past MaxElapsed: a rebase (limb model)
-      local v = fV(F, d, ph)
+      local v = fV(qn, rn, den, d, ph)
       if not v then return nil end
       if tat <= v then tat, oh, ol, ph = 0, dh, dl, 0 end -- full: the same as new
     end
@@ -110,9 +113,9 @@ local function fbucket(F, st, nh, nl, cost)
   local v, r
   if eneg then
     ea = -e
-    v, r = fV(F, 0, ph)
+    v, r = fV(qn, rn, den, 0, ph)
   else
-    v, r = fV(F, e, ph)
+    v, r = fV(qn, rn, den, e, ph)
   end
   if not v then return nil end
   local full = tat <= v
@@ -121,30 +124,31 @@ local function fbucket(F, st, nh, nl, cost)
     base = v
     if r > 0 then base = v + 1 end
   end
-  local nt = base + cost * F.k2
-  local cv = F.C + v
+  local k2, C, num = F.k2, F.C, F.num
+  local nt = base + cost * k2
+  local cv = C + v
   if nt >= T53 or cv >= T53 then return nil end
   if full or nt <= cv then
     local rem = 0
-    if nt <= cv then rem = floor((cv - nt) / F.k2) end
-    local reset = fwait(F, nt, eneg, ea, ph)
+    if nt <= cv then rem = floor((cv - nt) / k2) end
+    local reset = fwait(qn, rn, den, num, nt, eneg, ea, ph)
     if not reset then return nil end
-    if cost == 0 then return true, rem, 0, reset, {tat, oh, ol, ph} end
+    if cost == 0 then return true, rem, 0, reset, tat, oh, ol, ph end
     if not eneg then
       -- Rebase to now (exact, as bucket.Params.Rebase: the new origin
       -- keeps the clock's phase), so that the next decision's elapsed
       -- time is short and its products stay below 2^53.
-      return true, rem, 0, reset, {nt - v, nh, nl, r}
+      return true, rem, 0, reset, nt - v, nh, nl, r
     end
-    return true, rem, 0, reset, {nt, oh, ol, ph}
+    return true, rem, 0, reset, nt, oh, ol, ph
   end
   local rem = 0
-  if base <= cv then rem = floor((cv - base) / F.k2) end
-  local retry = fwait(F, nt - F.C, eneg, ea, ph)
+  if base <= cv then rem = floor((cv - base) / k2) end
+  local retry = fwait(qn, rn, den, num, nt - C, eneg, ea, ph)
   if not retry then return nil end
-  local reset = fwait(F, base, eneg, ea, ph)
+  local reset = fwait(qn, rn, den, num, base, eneg, ea, ph)
   if not reset then return nil end
-  return false, rem, retry, reset, {tat, oh, ol, ph}
+  return false, rem, retry, reset, tat, oh, ol, ph
 end
 
 -- fload reads a bucket state for fbucket: nil when absent, false when it
@@ -157,34 +161,33 @@ local function fload(s)
   local c = string.sub(s, 1, 1)
   if c == 'B' and #s == 41 then
     local tat, oh, ol, ph, exp = struct.unpack('<ddddd', s, 2)
-    return {tat, oh, ol, ph}, exp
+    return true, tat, oh, ol, ph, exp
   end
   if c ~= 'b' or #s ~= 49 then return nil end
   local th, tl = split16(s, 2)
   local oh, ol = split16(s, 18)
   local pq, pl = split16(s, 34)
   if th >= 1048576 or pq ~= 0 then return false end
-  return {th * T32 + tl, oh, ol, pl}
+  return true, th * T32 + tl, oh, ol, pl
 end
 
 -- fstore writes a double-path state. With expire, the key expires about
 -- a second after its bucket is full again (when it equals a new key): the
 -- expiry is extended only when the bucket's own deadline passes it, so
 -- most writes keep the TTL (cheaper than setting one).
-local function fstore(key, st, reset, nowms, oldexp, expire)
+local function fstore(key, tat, oh, ol, ph, reset, nowms, oldexp, expire)
   if not expire then
-    redis.call('SET', key, 'B' .. struct.pack('<ddddd', st[1], st[2], st[3], st[4], 0))
+    redis.call('SET', key, 'B' .. struct.pack('<ddddd', tat, oh, ol, ph, 0))
     return
   end
   local need = nowms + math.ceil(reset / 1000000)
   if oldexp and oldexp >= need and oldexp <= need + 2000 then
-    redis.call('SET', key, 'B' .. struct.pack('<ddddd', st[1], st[2], st[3], st[4], oldexp), 'KEEPTTL')
+    redis.call('SET', key, 'B' .. struct.pack('<ddddd', tat, oh, ol, ph, oldexp), 'KEEPTTL')
     return
   end
   local exp = need + 1000
-  redis.call('SET', key, 'B' .. struct.pack('<ddddd', st[1], st[2], st[3], st[4], exp), 'PX', string.format('%d', exp - nowms))
+  redis.call('SET', key, 'B' .. struct.pack('<ddddd', tat, oh, ol, ph, exp), 'PX', string.format('%d', exp - nowms))
 end
-
 -- now as 32-bit halves, from ARGV or Redis TIME (s*1e9 = s*1953125*2^9,
 -- exact below 2^53 before the shift).
 local function now2(arg)

@@ -33,6 +33,7 @@ for i = 1, tonumber(ARGV[3]) do
 end
 
 local out = {0, nowhex}
+local wt, wh, wl, wp, wr, we = {}, {}, {}, {}, {}, {} -- double-path writes, by KEYS index
 local fastn = 0
 local k = 0
 local nreq = tonumber(ARGV[a])
@@ -43,6 +44,7 @@ for req = 1, nreq do
   local head = #out + 1
   out[head] = 1
   local pend = {}
+  local k0 = k -- KEYS index before this request's first item
   local all = true
   for i = 1, m do
     k = k + 1
@@ -55,14 +57,15 @@ for req = 1, nreq do
       local fast = false
       local F = sp.F
       if F and costn then
-        local st, oldexp = fload(redis.call('GET', key))
-        if st ~= false then
-          local nst
-          ok, rem, retry, reset, nst = fbucket(F, st, nh, nl, costn)
+        local has, tat, oh, ol, ph, oldexp = fload(redis.call('GET', key))
+        if has ~= false then
+          local t2, h2, l2, p2
+          ok, rem, retry, reset, t2, h2, l2, p2 = fbucket(F, has, tat, oh, ol, ph, nh, nl, costn)
           if ok ~= nil then
             fast = true
             fastn = fastn + 1
-            save1 = {key, nst, reset, oldexp}
+            save1 = i -- the double path's write, kept in the batch's arrays
+            wt[k], wh[k], wl[k], wp[k], wr[k], we[k] = t2, h2, l2, p2, reset, oldexp or false
           end
         end
       end
@@ -113,12 +116,13 @@ for req = 1, nreq do
   if all then
     for i = 1, m do
       local p = pend[i]
-      if type(p) == 'table' then -- a double-path bucket: {key, state, reset, expiry}
+      if p == i then -- a double-path bucket
         if not nowms then
           -- ns = nh*2^32 + nl, and 2^32 = 4294*10^6 + 967296
           nowms = nh * 4294 + floor((nh * 967296 + nl) / 1000000)
         end
-        fstore(p[1], p[2], p[3], nowms, p[4], expire)
+        local j = k0 + i
+        fstore(KEYS[j], wt[j], wh[j], wl[j], wp[j], wr[j], nowms, we[j] or nil, expire)
       elseif p then
         p()
       end
