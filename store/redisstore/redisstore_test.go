@@ -404,3 +404,64 @@ func TestKeysExpireWhenNewAgain(t *testing.T) {
 		t.Fatalf("garbage left: %q", n)
 	}
 }
+
+// FuzzIdenticalToMemstore drives memstore and redisstore with the same
+// fuzzed sequence of takes, settles and clock steps, over limits on both
+// script paths, and requires identical decisions.
+func FuzzIdenticalToMemstore(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 200, 255, 17, 3})
+	f.Add([]byte{5, 5, 5, 5, 250, 250, 1, 1, 1, 1, 128, 64, 32})
+	limits := []bucket.Limit{{Capacity: 10, Rate: 100}, {Capacity: 3, Rate: 5}, {Capacity: 7, Rate: 0.7},
+		{Capacity: 1_000_000, Rate: 1e6}, {Capacity: 1 << 40, Rate: 999_999_937}}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 600 {
+			ops = ops[:600]
+		}
+		clock := sluice.NewManualClock(storetest.Epoch)
+		rs := open(t, redisstore.WithScriptClock(clock))
+		ms := memstore.New(memstore.WithClock(clock))
+		var specs []*store.Spec
+		for _, l := range limits {
+			sp, err := store.NewBucketSpec(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs = append(specs, sp)
+		}
+		ctx := context.Background()
+		refund := map[string]int64{}
+		for i := 0; i+2 < len(ops); i += 3 {
+			op, a, b := ops[i], ops[i+1], ops[i+2]
+			clock.Advance(time.Duration(a) * time.Duration(1) << (b % 40))
+			sp := specs[int(op)%len(specs)]
+			key := fmt.Sprint("k", int(op)%len(specs))
+			if op >= 240 { // settle
+				delta := int64(b) - 64
+				if op >= 250 {
+					delta = int64(b) << 20
+				}
+				adj := []store.Adjustment{{Key: key, Spec: sp, Delta: delta, RefundBefore: refund[key]}}
+				ms.Adjust(ctx, adj)
+				if err := rs.Adjust(ctx, adj); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			cost := min(int64(b), sp.Capacity())
+			x := []store.Item{{Key: key, Spec: sp, Cost: cost}}
+			y := []store.Item{x[0]}
+			if _, err := ms.Take(ctx, x); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rs.Take(ctx, y); err != nil {
+				t.Fatal(err)
+			}
+			if x[0].Decision != y[0].Decision || x[0].RefundBefore != y[0].RefundBefore {
+				t.Fatalf("op %d (%v cost %d): memstore %+v %d, redis %+v %d", i/3, sp.Bucket.Limit(), cost, x[0].Decision, x[0].RefundBefore, y[0].Decision, y[0].RefundBefore)
+			}
+			if x[0].RefundBefore != 0 {
+				refund[key] = x[0].RefundBefore
+			}
+		}
+	})
+}

@@ -46,3 +46,16 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("Redact: %s", got)
 	}
 }
+
+func FuzzParseURL(f *testing.F) {
+	for _, u := range []string{"redis://127.0.0.1:6379/0", "rediss://u:p@h:1", "redis+cluster://a:1,b:2,c:3", "redis://h:1/x", "x://y", "redis://[::1]:6379?dial_timeout=1s"} {
+		f.Add(u)
+	}
+	f.Fuzz(func(t *testing.T, u string) {
+		opt, err := redisstore.ParseURL(u)
+		if err == nil && len(opt.InitAddress) == 0 {
+			t.Fatalf("%q: no address and no error", u)
+		}
+		redisstore.Redact(u)
+	})
+}
