@@ -158,12 +158,12 @@ end
 -- of the limb path 'b' and hex.
 local function fload(s)
   if not s then return nil end
-  local c = string.sub(s, 1, 1)
-  if c == 'B' and #s == 41 then
-    local tat, oh, ol, ph, exp = struct.unpack('<ddddd', s, 2)
-    return true, tat, oh, ol, ph, exp
+  if #s == 41 then
+    local c, tat, oh, ol, ph, exp = struct.unpack('<Bddddd', s)
+    if c == 66 then return true, tat, oh, ol, ph, exp end -- 'B'
+    return nil
   end
-  if c ~= 'b' or #s ~= 49 then return nil end
+  if #s ~= 49 or string.byte(s, 1) ~= 98 then return nil end -- 'b' 
   local th, tl = split16(s, 2)
   local oh, ol = split16(s, 18)
   local pq, pl = split16(s, 34)
@@ -177,16 +177,16 @@ end
 -- most writes keep the TTL (cheaper than setting one).
 local function fstore(key, tat, oh, ol, ph, reset, nowms, oldexp, expire)
   if not expire then
-    redis.call('SET', key, 'B' .. struct.pack('<ddddd', tat, oh, ol, ph, 0))
+    redis.call('SET', key, struct.pack('<Bddddd', 66, tat, oh, ol, ph, 0))
     return
   end
   local need = nowms + math.ceil(reset / 1000000)
   if oldexp and oldexp >= need and oldexp <= need + 2000 then
-    redis.call('SET', key, 'B' .. struct.pack('<ddddd', tat, oh, ol, ph, oldexp), 'KEEPTTL')
+    redis.call('SET', key, struct.pack('<Bddddd', 66, tat, oh, ol, ph, oldexp), 'KEEPTTL')
     return
   end
   local exp = need + 1000
-  redis.call('SET', key, 'B' .. struct.pack('<ddddd', tat, oh, ol, ph, exp), 'PX', string.format('%d', exp - nowms))
+  redis.call('SET', key, struct.pack('<Bddddd', 66, tat, oh, ol, ph, exp), 'PX', string.format('%d', exp - nowms))
 end
 -- now as 32-bit halves, from ARGV or Redis TIME (s*1e9 = s*1953125*2^9,
 -- exact below 2^53 before the shift).

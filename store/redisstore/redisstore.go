@@ -351,14 +351,18 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		}
 	}
 	res := store.Result{Allowed: true}
-	if groups := s.groups(items); len(groups) > 1 {
+	var groups [][]int
+	if s.cluster && len(items) > 1 {
+		groups = s.groups(items)
+	}
+	if len(groups) > 1 {
 		ok, err := s.takeSlots(ctx, items, groups, lease)
 		if err != nil {
 			return store.Result{}, err
 		}
 		res.Allowed = ok
 	} else {
-		c := &call{items: items, lease: lease, done: make(chan struct{})}
+		c := &call{items: items, lease: lease}
 		if s.cluster {
 			s.run(ctx, []*call{c})
 		} else if !s.submit(ctx, c) {
@@ -417,6 +421,7 @@ func (s *Store) submit(ctx context.Context, c *call) bool {
 		s.next()
 		return true
 	}
+	c.done = make(chan struct{})
 	s.queue = append(s.queue, c)
 	s.mu.Unlock()
 	return false
@@ -464,21 +469,21 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		return len(specs)
 	}
 	tail := make([]string, 0, 1+2*len(batch)+2*n)
-	tail = append(tail, strconv.Itoa(len(batch)))
+	tail = append(tail, itoa(int64(len(batch))))
 	for _, c := range batch {
-		tail = append(tail, c.lease, strconv.Itoa(len(c.items)))
+		tail = append(tail, c.lease, itoa(int64(len(c.items))))
 		for i := range c.items {
 			it := &c.items[i]
 			keys = append(keys, s.Key(it.Spec.Kind, it.Key))
-			cost := strconv.FormatInt(it.Cost, 10)
+			cost := itoa(it.Cost)
 			if it.Cost >= 1<<53 {
 				cost = "x" + hex64(it.Cost)
 			}
-			tail = append(tail, strconv.Itoa(index(it.Spec)), cost)
+			tail = append(tail, itoa(int64(index(it.Spec))), cost)
 		}
 	}
 	args := make([]string, 0, 3+8*len(specs)+len(tail))
-	args = append(args, s.now(), s.expire(), strconv.Itoa(len(specs)))
+	args = append(args, s.now(), s.expire(), itoa(int64(len(specs))))
 	for _, sp := range specs {
 		args = append(args, string(kindLetter[sp.Kind]))
 		args = append(args, s.paramsOf(sp)...)
@@ -489,8 +494,26 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		if err != nil {
 			c.err = fmt.Errorf("redisstore: take: %w", err)
 		}
-		close(c.done)
+		if c.done != nil {
+			close(c.done)
+		}
 	}
+}
+
+// small holds the decimal strings of 0..1023 (spec indexes, common costs
+// and counts), so that building a batch's arguments allocates less.
+var small = func() (s [1024]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(i)
+	}
+	return s
+}()
+
+func itoa(i int64) string {
+	if i >= 0 && i < int64(len(small)) {
+		return small[i]
+	}
+	return strconv.FormatInt(i, 10)
 }
 
 // value reads a reply value: an integer, or hex digits for 2^53 and more.
