@@ -70,7 +70,7 @@ type Store struct {
 
 type shard struct {
 	mu     sync.Mutex
-	m      map[string]*entry
+	m      table
 	leases map[string]*slots
 	ops    uint32
 	_      [40]byte
@@ -100,12 +100,12 @@ func New(opts ...Option) *Store {
 	} else {
 		s.t0 = time.Now()
 	}
-	s.perShard = max(s.maxKeys/shardCount, 1)
+	s.perShard = min(max(s.maxKeys/shardCount, 1), maxEntries) // a table indexes at most maxEntries
 	var b [8]byte
 	rand.Read(b[:])
 	s.leaseBase = strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36) + "-"
 	for i := range s.shards {
-		s.shards[i].m = map[string]*entry{}
+		s.shards[i].m.seed = s.seed
 		s.shards[i].leases = map[string]*slots{}
 	}
 	return s
@@ -135,9 +135,12 @@ func (s *Store) wall(w, d int64) int64 {
 	return s.t0.UnixNano() + d
 }
 
-func (s *Store) shardOf(key string) int {
-	return int(maphash.String(s.seed, key) & (shardCount - 1))
-}
+// hash is a key's hash: its low bits pick the shard, the others the slot.
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+func shardOf(h uint64) int { return int(h & (shardCount - 1)) }
+
+func (s *Store) shardOf(key string) int { return shardOf(s.hash(key)) }
 
 // Take implements store.Store.
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
@@ -152,9 +155,12 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	var shBuf, lockBuf [8]int
 	var entBuf [8]*entry
 	var nextBuf [8]entry
-	itemShard, locked, ents, next := shBuf[:0], lockBuf[:0], entBuf[:0], nextBuf[:0]
+	var hashBuf [8]uint64
+	itemShard, locked, ents, next, hashes := shBuf[:0], lockBuf[:0], entBuf[:0], nextBuf[:0], hashBuf[:0]
 	for _, it := range items {
-		itemShard = append(itemShard, s.shardOf(it.Key))
+		h := s.hash(it.Key)
+		hashes = append(hashes, h)
+		itemShard = append(itemShard, shardOf(h))
 		ents = append(ents, nil)
 		next = append(next, entry{})
 	}
@@ -185,8 +191,8 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		case store.Concurrency:
 			it.Decision = s.peekSlots(shd, *it, d)
 		default:
-			e := shd.m[it.Key]
-			if e == nil && it.Cost > 0 && len(shd.m)+len(shd.leases) >= s.perShard { // a peek creates nothing
+			e := shd.m.get(hashes[i], it.Key)
+			if e == nil && it.Cost > 0 && shd.m.n+len(shd.leases) >= s.perShard { // a peek creates nothing
 				roomMade = true
 				if !s.makeRoom(shd, d) {
 					return store.Result{}, fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, it.Key)
@@ -234,11 +240,9 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		case ents[i] != nil && !roomMade:
 			*ents[i] = next[i] // in place: no second map operation
 		case ents[i] != nil || it.Cost > 0: // a peek creates nothing
-			if cur := shd.m[it.Key]; cur != nil {
+			if cur := shd.m.get(hashes[i], it.Key); cur != nil {
 				*cur = next[i]
-			} else {
-				e := next[i]
-				shd.m[it.Key] = &e
+			} else if shd.m.insert(hashes[i], it.Key, next[i]) != nil {
 				s.keys.Add(1)
 			}
 		}
@@ -277,17 +281,18 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		if a.Delta < 0 && wall >= a.RefundBefore {
 			continue // refilled or a new window: returning it would create credit
 		}
-		shd := &s.shards[s.shardOf(a.Key)]
+		h := s.hash(a.Key)
+		shd := &s.shards[shardOf(h)]
 		shd.mu.Lock()
-		if e := shd.m[a.Key]; e != nil {
+		if e := shd.m.get(h, a.Key); e != nil {
 			adjustEntry(a, e, true, d, wall)
-		} else if a.Delta > 0 && (len(shd.m)+len(shd.leases) < s.perShard || s.makeRoom(shd, d)) {
+		} else if a.Delta > 0 && (shd.m.n+len(shd.leases) < s.perShard || s.makeRoom(shd, d)) {
 			// The key was evicted (its state was new again): the charge
 			// still counts, against a new state.
-			e := &entry{}
-			adjustEntry(a, e, false, d, wall)
-			shd.m[a.Key] = e
-			s.keys.Add(1)
+			if e := shd.m.insert(h, a.Key, entry{}); e != nil {
+				adjustEntry(a, e, false, d, wall)
+				s.keys.Add(1)
+			}
 		}
 		shd.mu.Unlock()
 	}
@@ -430,7 +435,7 @@ func (s *Store) sweep(shd *shard, d int64) {
 // room for one more.
 func (s *Store) makeRoom(shd *shard, d int64) bool {
 	s.evict(shd, d, 256)
-	return len(shd.m)+len(shd.leases) < s.perShard
+	return shd.m.n+len(shd.leases) < s.perShard
 }
 
 // evict deletes keys idle at time d, examining at most budget of them.
@@ -438,18 +443,15 @@ func (s *Store) evict(shd *shard, d int64, budget int) {
 	if s.noEvict {
 		return
 	}
+	shd.m.scan(budget, func(e *entry) bool {
+		if e.idle > d {
+			return false
+		}
+		s.keys.Add(-1)
+		s.evictions.Add(1)
+		return true
+	})
 	n := 0
-	for k, e := range shd.m { // map iteration starts at a random place
-		if n++; n > budget {
-			break
-		}
-		if e.idle <= d {
-			delete(shd.m, k)
-			s.keys.Add(-1)
-			s.evictions.Add(1)
-		}
-	}
-	n = 0
 	for k, sl := range shd.leases {
 		if n++; n > budget {
 			break

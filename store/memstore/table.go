@@ -1,0 +1,157 @@
+package memstore
+
+import "hash/maphash"
+
+// table is a shard's keys: an open-addressing hash table of 4-byte slots
+// over entries stored in fixed-size chunks. A slot holds 8 bits of the
+// key's hash (to skip most non-matching entries without touching them) and
+// the entry's index + 1 (0: empty; tomb: deleted). Entries never move, so a
+// pointer to one stays valid until it is deleted, and a key costs its
+// 48-byte entry plus 4 bytes per slot (at a load of 0.4 to 0.8) — about
+// 55 bytes, where a Go map of pointers to entries costs about 90.
+//
+// Not safe for concurrent use: the shard's mutex guards it.
+type table struct {
+	seed   maphash.Seed // the store's: the low bits of a hash pick the shard
+	slots  []uint32
+	chunks [][]tentry
+	free   []uint32 // indexes of deleted entries, reused first
+	n      int      // live entries
+	used   int      // slots not empty (live and tombstones)
+	next   uint32   // entries ever allocated (the next new index)
+	cursor uint32   // where the eviction scan resumes
+}
+
+// tentry is an entry with its key; key "" marks a free entry (store keys
+// are never empty).
+type tentry struct {
+	key string
+	entry
+}
+
+const (
+	chunkBits  = 8
+	chunkSize  = 1 << chunkBits
+	indexMask  = 1<<24 - 1
+	tomb       = indexMask // a slot whose entry was deleted
+	maxEntries = indexMask - 1
+	minSlots   = 8
+)
+
+func tagOf(h uint64) uint32 { return uint32(h>>56) << 24 }
+
+// pos returns the first slot to probe for hash h (the low bits pick the
+// shard, so the table uses the bits above them).
+func (t *table) pos(h uint64) int { return int(h>>6) & (len(t.slots) - 1) }
+
+func (t *table) at(i uint32) *tentry { return &t.chunks[i>>chunkBits][i&(chunkSize-1)] }
+
+// get returns key's entry, or nil.
+func (t *table) get(h uint64, key string) *entry {
+	if t.n == 0 {
+		return nil
+	}
+	tag, mask := tagOf(h), len(t.slots)-1
+	for p := t.pos(h); ; p = (p + 1) & mask {
+		s := t.slots[p]
+		if s == 0 {
+			return nil
+		}
+		if s&^indexMask == tag && s&indexMask != tomb {
+			if e := t.at(s&indexMask - 1); e.key == key {
+				return &e.entry
+			}
+		}
+	}
+}
+
+// insert adds key (absent) with state e and returns its entry; nil when
+// the shard holds the most entries an index can name.
+func (t *table) insert(h uint64, key string, e entry) *entry {
+	if t.n >= maxEntries {
+		return nil
+	}
+	if (t.used+1)*5 > len(t.slots)*4 { // load above 0.8: grow, or just sweep tombstones
+		size := max(len(t.slots), minSlots)
+		if (t.n+1)*5 > size*2 { // live entries above 0.4 after the rebuild: double
+			size *= 2
+		}
+		t.rebuild(size)
+	}
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		i = t.next
+		t.next++
+		if int(i>>chunkBits) == len(t.chunks) {
+			t.chunks = append(t.chunks, make([]tentry, chunkSize))
+		}
+	}
+	te := t.at(i)
+	te.key, te.entry = key, e
+	t.place(h, i)
+	t.n++
+	t.used++
+	return &te.entry
+}
+
+// place puts entry i in the first free slot of its probe sequence.
+func (t *table) place(h uint64, i uint32) {
+	mask := len(t.slots) - 1
+	for p := t.pos(h); ; p = (p + 1) & mask {
+		if t.slots[p] == 0 {
+			t.slots[p] = tagOf(h) | (i + 1)
+			return
+		}
+	}
+}
+
+// rebuild rehashes every live entry into size slots (dropping tombstones).
+func (t *table) rebuild(size int) {
+	t.slots = make([]uint32, size)
+	t.used = 0
+	for i := uint32(0); i < t.next; i++ {
+		if e := t.at(i); e.key != "" {
+			t.place(t.hash(e.key), i)
+			t.used++
+		}
+	}
+}
+
+// remove deletes entry i (whose key hashes to h).
+func (t *table) remove(h uint64, i uint32) {
+	mask := len(t.slots) - 1
+	for p := t.pos(h); ; p = (p + 1) & mask {
+		s := t.slots[p]
+		if s == 0 {
+			return
+		}
+		if s&indexMask == i+1 {
+			t.slots[p] = s&^indexMask | tomb
+			break
+		}
+	}
+	*t.at(i) = tentry{}
+	t.free = append(t.free, i)
+	t.n--
+}
+
+// scan calls fn on up to budget entries (free ones count too, so the
+// work is bounded), resuming where the last scan stopped so that scans
+// visit every entry in turn, and deletes those for which fn returns true.
+func (t *table) scan(budget int, fn func(e *entry) bool) {
+	for seen := 0; seen < budget && t.n > 0; seen++ {
+		if t.cursor >= t.next {
+			t.cursor = 0
+		}
+		i := t.cursor
+		t.cursor++
+		if te := t.at(i); te.key != "" && fn(&te.entry) {
+			t.remove(t.hash(te.key), i)
+		}
+	}
+}
+
+func (t *table) hash(key string) uint64 { return maphash.String(t.seed, key) }
