@@ -2,8 +2,8 @@ package envoyrls
 
 import (
 	"context"
-	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -81,9 +81,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	}
 	ds := make([]applied, len(req.GetDescriptors()))
 	var items, shadow []store.Item
-	index := map[string]int{}    // key -> index in items (merged)
-	shadowIx := map[string]int{} // key -> index in shadow
+	var index, shadowIx map[string]int // key -> index in items (merged), in shadow; made when a call has several descriptors
+	if len(ds) > 1 {
+		index, shadowIx = map[string]int{}, map[string]int{}
+	}
 	overall := rls.RateLimitResponse_OK
+	var ebuf [8][2]string
+	var kbuf [128]byte
 	for i, d := range req.GetDescriptors() {
 		a := &ds[i]
 		a.item = -1
@@ -100,18 +104,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		if root == nil {
 			continue
 		}
-		entries := make([][2]string, len(d.GetEntries()))
-		var key strings.Builder
-		key.WriteString(req.GetDomain())
-		for j, e := range d.GetEntries() {
-			entries[j] = [2]string{e.GetKey(), e.GetValue()}
-			fmt.Fprintf(&key, "|%s=%s", escape(e.GetKey()), escape(e.GetValue()))
+		entries := ebuf[:0]
+		key := append(kbuf[:0], req.GetDomain()...)
+		for _, e := range d.GetEntries() {
+			entries = append(entries, [2]string{e.GetKey(), e.GetValue()})
+			key = appendEscaped(append(appendEscaped(append(key, '|'), e.GetKey()), '='), e.GetValue())
 		}
 		node := match(root, entries)
 		if node == nil || node.Limit == nil {
 			continue
 		}
-		a.node, a.key = node, key.String()
+		a.node, a.key = node, string(key)
 		if node.Limit.Unlimited {
 			continue
 		}
@@ -124,10 +127,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		}
 		if node.Shadow {
 			a.shade = true
-			if j, ok := shadowIx[a.key]; ok {
+			if j, ok := shadowIx[a.key]; ok && shadowIx != nil {
 				shadow[j].Cost = min(shadow[j].Cost+a.hits, shadow[j].Spec.Capacity())
 			} else {
-				shadowIx[a.key] = len(shadow)
+				if shadowIx != nil {
+					shadowIx[a.key] = len(shadow)
+				}
 				shadow = append(shadow, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
 			}
 			continue
@@ -140,7 +145,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			a.item = j
 			continue
 		}
-		index[a.key] = len(items)
+		if index != nil {
+			index[a.key] = len(items)
+		}
 		a.item = len(items)
 		items = append(items, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
 	}
@@ -169,7 +176,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			s.st.Take(ctx, one)
 		}
 	}
-	resp := &rls.RateLimitResponse{OverallCode: overall}
+	resp := &rls.RateLimitResponse{OverallCode: overall, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, 0, len(ds))}
 	var worst *rls.RateLimitResponse_DescriptorStatus
 	var worstName string
 	for i := range ds {
@@ -185,7 +192,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			case a.item >= 0:
 				d = items[a.item].Decision
 			case a.shade:
-				d = shadow[shadowIx[a.key]].Decision
+				d = shadow[shadowIx[a.key]].Decision // shadowIx is nil (index 0) for a lone descriptor
 				d.Allowed = true
 			}
 			switch {
@@ -216,9 +223,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		if worst.DurationUntilReset != nil {
 			reset = int64((worst.DurationUntilReset.AsDuration() + time.Second - 1) / time.Second)
 		}
+		var hb [160]byte
+		q := strconv.AppendQuote(hb[:0], worstName)
+		n := len(q)
+		pol := strconv.AppendInt(append(strconv.AppendUint(append(q, ";q="...), uint64(worst.CurrentLimit.GetRequestsPerUnit()), 10), ";w="...), window, 10)
+		polStr := string(pol)
+		rl := strconv.AppendInt(append(strconv.AppendUint(append(pol[:n], ";r="...), uint64(worst.LimitRemaining), 10), ";t="...), reset, 10)
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
-			{Key: "RateLimit-Policy", Value: fmt.Sprintf("%q;q=%d;w=%d", worstName, worst.CurrentLimit.GetRequestsPerUnit(), window)},
-			{Key: "RateLimit", Value: fmt.Sprintf("%q;r=%d;t=%d", worstName, worst.LimitRemaining, reset)},
+			{Key: "RateLimit-Policy", Value: polStr},
+			{Key: "RateLimit", Value: string(rl)},
 		}
 	}
 	return resp, nil
@@ -233,10 +246,23 @@ func unitSeconds(u rls.RateLimitResponse_RateLimit_Unit) float64 {
 	return 1
 }
 
-func escape(s string) string {
+// appendEscaped appends s with "%", "|" and "=" escaped (they separate the
+// parts of a store key).
+func appendEscaped(b []byte, s string) []byte {
 	if !strings.ContainsAny(s, "|=%") {
-		return s
+		return append(b, s...)
 	}
-	r := strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
-	return r.Replace(s)
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '%':
+			b = append(b, "%25"...)
+		case '|':
+			b = append(b, "%7C"...)
+		case '=':
+			b = append(b, "%3D"...)
+		default:
+			b = append(b, s[i])
+		}
+	}
+	return b
 }

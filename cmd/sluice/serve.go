@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -238,7 +239,9 @@ func startGRPC(addr string, svc rls.RateLimitServiceServer, errc chan<- error) (
 	if err != nil {
 		return nil, "", fmt.Errorf("--grpc: %w", err)
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 10)) // a decision request is small
+	// A decision request is small; a fixed set of stream workers serves RPCs
+	// (no goroutine, and no stack growth, per call).
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256<<10), grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
 	rls.RegisterRateLimitServiceServer(gs, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -13,6 +13,9 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -34,6 +37,8 @@ func main() {
 	seconds := flag.Int("seconds", 5, "seconds per round")
 	rounds := flag.Int("rounds", 3, "rounds per implementation (alternating)")
 	keys := flag.Int("keys", 1000, "distinct keys")
+	only := flag.String("only", "", "run only this implementation (sluice or gubernator)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the rounds to this file")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -47,7 +52,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
 	rls.RegisterRateLimitServiceServer(gs, svc)
 	go gs.Serve(ln)
 	defer gs.Stop()
@@ -89,8 +94,19 @@ func main() {
 		}},
 	}
 	fmt.Printf("%d clients, %d keys, %d s per round, rounds alternate\n", *clients, *keys, *seconds)
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	for round := 1; round <= *rounds; round++ {
 		for _, im := range impls {
+			if *only != "" && im.name != *only {
+				continue
+			}
 			n, bad, lat := load(im.call, *clients, *keys, time.Duration(*seconds)*time.Second)
 			fmt.Printf("round %d %-10s decisions/s %8.0f  not-admitted %d  p50 %v  p90 %v  p99 %v\n", round, im.name,
 				float64(n)/float64(*seconds), bad, pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99))
