@@ -362,20 +362,26 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		}
 		res.Allowed = ok
 	} else {
-		c := &call{items: items, lease: lease}
+		c := callPool.Get().(*call)
+		c.items, c.lease, c.ok, c.err, c.queued = items, lease, false, nil, false
+		c.self[0] = c
 		if s.cluster {
-			s.run(ctx, []*call{c})
+			s.run(ctx, c.self[:])
 		} else if !s.submit(ctx, c) {
 			select {
 			case <-c.done:
 			case <-ctx.Done():
+				// The batch still holds c: leave it to the garbage collector.
 				return store.Result{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
 			}
 		}
-		if c.err != nil {
-			return store.Result{}, c.err
+		var err error
+		res.Allowed, err = c.ok, c.err
+		c.items, c.err, c.self[0] = nil, nil, nil
+		callPool.Put(c)
+		if err != nil {
+			return store.Result{}, err
 		}
-		res.Allowed = c.ok
 	}
 	if !res.Allowed {
 		for i := range items {
@@ -394,19 +400,23 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 
 // call is one request in a batch.
 type call struct {
-	items []store.Item
-	lease string
-	ok    bool
-	err   error
-	done  chan struct{}
+	items  []store.Item
+	lease  string
+	ok     bool
+	err    error
+	queued bool          // decided by another caller's batch: signal done
+	done   chan struct{} // buffered: one signal per use, so calls are reused
+	self   [1]*call      // a batch of just this call, without allocating
 }
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // Batching: at most maxInFlight script calls are in flight; a request
 // that finds them all busy queues, and the next call to finish sends the
 // queue (up to maxBatch requests) as one script call. A lone caller is
 // never delayed; many callers share round trips and script calls.
 const (
-	maxInFlight = 4
+	maxInFlight = 3
 	maxBatch    = 64
 )
 
@@ -417,11 +427,11 @@ func (s *Store) submit(ctx context.Context, c *call) bool {
 	if s.inflight < maxInFlight {
 		s.inflight++
 		s.mu.Unlock()
-		s.run(ctx, []*call{c}) // its own call: the caller's deadline applies
+		s.run(ctx, c.self[:]) // its own call: the caller's deadline applies
 		s.next()
 		return true
 	}
-	c.done = make(chan struct{})
+	c.queued = true
 	s.queue = append(s.queue, c)
 	s.mu.Unlock()
 	return false
@@ -494,8 +504,8 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		if err != nil {
 			c.err = fmt.Errorf("redisstore: take: %w", err)
 		}
-		if c.done != nil {
-			close(c.done)
+		if c.queued {
+			c.done <- struct{}{}
 		}
 	}
 }
@@ -530,12 +540,8 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 	if err != nil {
 		return err
 	}
-	want := 2
-	for _, c := range batch {
-		want += 1 + 4*len(c.items)
-	}
-	if len(arr) != want {
-		return fmt.Errorf("script returned %d values, want %d", len(arr), want)
+	if len(arr) < 2 {
+		return fmt.Errorf("script returned %d values", len(arr))
 	}
 	fast, err := arr[0].AsInt64()
 	if err != nil {
@@ -548,18 +554,39 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 	s.fast.Add(uint64(fast))
 	arr = arr[2:]
 	for _, c := range batch {
+		if len(arr) < 1 {
+			return fmt.Errorf("script returned too few values")
+		}
 		all, err := arr[0].AsInt64()
 		if err != nil {
 			return err
 		}
 		c.ok = all == 1
+		per := 4
+		if c.ok {
+			per = 2 // admitted: remaining and reset
+		}
+		arr = arr[1:]
+		if len(arr) < per*len(c.items) {
+			return fmt.Errorf("script returned too few values")
+		}
 		for i := range c.items {
-			f := arr[1+4*i:]
-			var v [4]int64
-			for k := range v {
-				if v[k], err = value(f[k]); err != nil {
-					return err
+			f := arr[per*i:]
+			var v [4]int64 // allowed, remaining, retry, reset
+			if c.ok {
+				v[0] = 1
+				if v[1], err = value(f[0]); err == nil {
+					v[3], err = value(f[1])
 				}
+			} else {
+				for k := range v {
+					if v[k], err = value(f[k]); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				return err
 			}
 			it := &c.items[i]
 			it.Decision = sluice.Decision{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: time.Duration(v[2]), ResetAfter: time.Duration(v[3])}
@@ -569,7 +596,10 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 			}
 		}
 		s.decided.Add(uint64(len(c.items)))
-		arr = arr[1+4*len(c.items):]
+		arr = arr[per*len(c.items):]
+	}
+	if len(arr) != 0 {
+		return fmt.Errorf("script returned %d values too many", len(arr))
 	}
 	return nil
 }
@@ -609,7 +639,7 @@ func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]in
 	calls := make([]*call, len(groups))
 	var wg sync.WaitGroup
 	for g, idx := range groups {
-		c := &call{lease: lease, done: make(chan struct{})}
+		c := &call{lease: lease}
 		for _, i := range idx {
 			c.items = append(c.items, items[i])
 		}

@@ -7,9 +7,10 @@
 -- requests, and per request its lease id and item count m, then 2 fields
 -- per item: spec index and cost (decimal, or 'x' and 16 hex digits).
 -- KEYS are the items' keys, request after request.
--- Returns {items decided on doubles, now (hex), then per request:
--- allowed, then per item: allowed, remaining, retry, reset (integers, or
--- hex strings when 2^53 or more)}.
+-- Returns {items decided on doubles, now (hex), then per request: 1 and
+-- per item remaining and reset when admitted, else 0 and per item allowed,
+-- remaining, retry and reset (integers, or hex strings when 2^53 or
+-- more)}.
 local nh, nl = now2(ARGV[1])
 local nowhex = hex2(nh, nl)
 local nowms -- Unix ms, made when a write needs it
@@ -33,6 +34,9 @@ for i = 1, tonumber(ARGV[3]) do
 end
 
 local out = {0, nowhex}
+local no = 2 -- values in out
+local oks, rems, retries, resets = {}, {}, {}, {} -- a request's items' decisions
+local pend = {} -- a request's items' writes (reused: every request sets its own)
 local wt, wh, wl, wp, wr, we = {}, {}, {}, {}, {}, {} -- double-path writes, by KEYS index
 local fastn = 0
 local k = 0
@@ -41,9 +45,6 @@ a = a + 1
 for req = 1, nreq do
   local lease, m = ARGV[a], tonumber(ARGV[a + 1])
   a = a + 2
-  local head = #out + 1
-  out[head] = 1
-  local pend = {}
   local k0 = k -- KEYS index before this request's first item
   local all = true
   for i = 1, m do
@@ -107,11 +108,7 @@ for req = 1, nreq do
     if not ok then all = false end
     if costn == 0 then save1 = nil end -- a peek writes nothing
     pend[i] = save1
-    local j = #out
-    out[j + 1] = ok and 1 or 0
-    out[j + 2] = rem
-    out[j + 3] = retry
-    out[j + 4] = reset
+    oks[i], rems[i], retries[i], resets[i] = ok, rem, retry, reset
   end
   if all then
     for i = 1, m do
@@ -127,8 +124,20 @@ for req = 1, nreq do
         p()
       end
     end
+    -- admitted: every item admitted, so remaining and reset per item
+    out[no + 1] = 1
+    no = no + 1
+    for i = 1, m do
+      out[no + 1], out[no + 2] = rems[i], resets[i]
+      no = no + 2
+    end
   else
-    out[head] = 0
+    out[no + 1] = 0
+    no = no + 1
+    for i = 1, m do
+      out[no + 1], out[no + 2], out[no + 3], out[no + 4] = oks[i] and 1 or 0, rems[i], retries[i], resets[i]
+      no = no + 4
+    end
   end
 end
 out[1] = fastn
