@@ -290,3 +290,123 @@ func TestServeRedisLeasedTokens(t *testing.T) {
 		t.Fatal("readyz with leasing")
 	}
 }
+
+// Redis killed (SIGKILL) while 8 clients load the service, then restarted
+// under the same load: no request waits past the store timeout (plus
+// slack), each mode answers as documented, and decisions return to Redis.
+func TestServeRedisKilledUnderLoad(t *testing.T) {
+	for _, mode := range []string{"fail_open", "fail_closed", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := startRedis(t)
+			pol := filepath.Join(t.TempDir(), "p.yaml")
+			// g carries the load; probe tells Redis from the fallbacks: on
+			// Redis a new key admits 2 and refuses the 3rd; fail_open admits
+			// all; local (2 instances) admits 1.
+			writePolicy(t, pol, "limits:\n  - name: g\n    key: \"t:{t}\"\n    capacity: 1000000\n    refill_per_second: 1000000\n"+
+				"  - name: probe\n    key: \"p:{p}\"\n    capacity: 2\n    refill_per_second: 0.001\n")
+			p := serve(t, "--config", pol, "--store", "redis://"+srv.Addr, "--store-timeout", "200ms", "--on-store-error", mode, "--instances", "2")
+			onRedis := func(n int) bool {
+				body := fmt.Sprintf(`{"descriptors":{"p":"probe-%d"}}`, n)
+				c1, _ := call(t, p, "POST", "/v1/check", body)
+				c2, _ := call(t, p, "POST", "/v1/check", body)
+				c3, _ := call(t, p, "POST", "/v1/check", body)
+				return c1 == 200 && c2 == 200 && c3 == 429
+			}
+			if !onRedis(-1) {
+				t.Fatal("the probe does not see Redis before the outage")
+			}
+			type result struct {
+				at, took time.Duration
+				code     int
+			}
+			var mu sync.Mutex
+			var results []result
+			start := time.Now()
+			stop := make(chan struct{})
+			client := &http.Client{Timeout: 3 * time.Second}
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						t0 := time.Now()
+						resp, err := client.Post(p.addr+"/v1/check", "application/json", strings.NewReader(fmt.Sprintf(`{"descriptors":{"t":"k%d"}}`, (g*100+i)%50)))
+						code := 0
+						if err == nil {
+							code = resp.StatusCode
+							resp.Body.Close()
+						}
+						mu.Lock()
+						results = append(results, result{t0.Sub(start), time.Since(t0), code})
+						mu.Unlock()
+					}
+				}()
+			}
+			time.Sleep(500 * time.Millisecond)
+			srv.Kill()
+			killedAt := time.Since(start)
+			time.Sleep(800 * time.Millisecond)
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			restartedAt := time.Since(start)
+			// Wait until the service decides on Redis again (a key drained in
+			// Redis is refused), with the load still running.
+			recovered := time.Duration(0)
+			for n, deadline := 0, time.Now().Add(10*time.Second); time.Now().Before(deadline); n++ {
+				if onRedis(n) {
+					recovered = time.Since(start) - restartedAt
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			if recovered == 0 {
+				t.Fatal("decisions did not return to Redis within 10 s of the restart")
+			}
+			var during, after, unavailable, other int
+			var worst time.Duration
+			for _, r := range results {
+				worst = max(worst, r.took)
+				switch {
+				case r.code != 200 && r.code != 429 && r.code != 503:
+					other++
+				case r.code == 503:
+					unavailable++
+				}
+				if r.at > killedAt+300*time.Millisecond && r.at < restartedAt {
+					during++
+				}
+				if r.at > restartedAt+recovered && r.code == 200 {
+					after++
+				}
+			}
+			t.Logf("%s: %d requests, %d during the outage, back on Redis %v after the restart, %d admitted since, %d unavailable, slowest %v",
+				mode, len(results), during, recovered, after, unavailable, worst)
+			if worst > time.Second {
+				t.Fatalf("a request took %v with a 200 ms store timeout", worst)
+			}
+			if other != 0 || during == 0 || after == 0 {
+				t.Fatalf("other errors %d, requests during the outage %d, admitted after recovery %d", other, during, after)
+			}
+			switch mode {
+			case "fail_closed":
+				if unavailable == 0 {
+					t.Fatal("fail_closed answered no 503 while Redis was down")
+				}
+			default:
+				if unavailable != 0 {
+					t.Fatalf("%s answered %d times 503", mode, unavailable)
+				}
+			}
+		})
+	}
+}

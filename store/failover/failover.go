@@ -16,7 +16,7 @@
 // backend is bounded by the backend's own timeout and the caller's
 // deadline), sets the sluice_store_degraded gauge and logs once. While
 // degraded it does not wait on the backend: at most one call per probe
-// interval tries it again (and Ping, from /readyz, also probes); the first
+// interval (250 ms) tries it again (and Ping, from /readyz, also probes); the first
 // success returns every later call to the backend, without a restart.
 // Budgets are not reconciled: what was admitted locally is not charged to
 // the shared store afterwards.
@@ -59,7 +59,7 @@ type Config struct {
 	// Instances divides budgets in local mode (default 1).
 	Instances int
 	// ProbeInterval is how often, while degraded, one call tries the
-	// primary again (default 1 s).
+	// primary again (default 250 ms).
 	ProbeInterval time.Duration
 	// MaxKeys caps the local store's keys (default memstore's).
 	MaxKeys int
@@ -102,7 +102,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("failover: instances %d must be at least 1", cfg.Instances)
 	}
 	if cfg.ProbeInterval <= 0 {
-		cfg.ProbeInterval = time.Second
+		cfg.ProbeInterval = 250 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
