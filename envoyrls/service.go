@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/keyesc"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -248,21 +248,4 @@ func unitSeconds(u rls.RateLimitResponse_RateLimit_Unit) float64 {
 
 // appendEscaped appends s with "%", "|" and "=" escaped (they separate the
 // parts of a store key).
-func appendEscaped(b []byte, s string) []byte {
-	if !strings.ContainsAny(s, "|=%") {
-		return append(b, s...)
-	}
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '%':
-			b = append(b, "%25"...)
-		case '|':
-			b = append(b, "%7C"...)
-		case '=':
-			b = append(b, "%3D"...)
-		default:
-			b = append(b, s[i])
-		}
-	}
-	return b
-}
+func appendEscaped(b []byte, s string) []byte { return keyesc.Append(b, s, "|=") }

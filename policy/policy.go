@@ -46,6 +46,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/keyesc"
 	"github.com/sluicehq/sluice/window"
 )
 
@@ -681,33 +682,7 @@ func (l *Limit) AppendHashTag(dst []byte, desc map[string]string) []byte {
 
 // appendEscaped appends s with "%", ":" and the braces escaped (braces
 // would change a key's Redis Cluster hash slot).
-func appendEscaped(b []byte, s string) []byte {
-	plain := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '%' || c == ':' || c == '{' || c == '}' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return append(b, s...)
-	}
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '{':
-			b = append(b, "%7B"...)
-		case '}':
-			b = append(b, "%7D"...)
-		case '%':
-			b = append(b, "%25"...)
-		case ':':
-			b = append(b, "%3A"...)
-		default:
-			b = append(b, s[i])
-		}
-	}
-	return b
-}
+func appendEscaped(b []byte, s string) []byte { return keyesc.Append(b, s, ":{}") }
 
 // Cost returns the cost of a request with these descriptors: the first
 // matching cost rule's, else 1.

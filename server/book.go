@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/internal/keyesc"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -105,22 +106,7 @@ func (b *redisBook) leaseKey(id string) string {
 }
 
 // escapeTag keeps a client's request_id from closing the hash tag early.
-func escapeTag(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '{':
-			out = append(out, "%7B"...)
-		case '}':
-			out = append(out, "%7D"...)
-		case '%':
-			out = append(out, "%25"...)
-		default:
-			out = append(out, c)
-		}
-	}
-	return string(out)
-}
+func escapeTag(s string) string { return string(keyesc.Append(nil, s, "{}")) }
 
 func (b *redisBook) begin(ctx context.Context, id string) (*answer, bool, error) {
 	key := b.idemKey(id)
