@@ -28,7 +28,7 @@ package lease
 
 import (
 	"context"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,14 +161,8 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		sh = append(sh, shardOf(it.Key))
 	}
 	locked := append([]int(nil), sh...)
-	sort.Ints(locked)
-	u := locked[:0]
-	for i, x := range locked {
-		if i == 0 || x != locked[i-1] {
-			u = append(u, x)
-		}
-	}
-	locked = u
+	slices.Sort(locked)
+	locked = slices.Compact(locked) // each shard once, in order
 	for _, x := range locked {
 		s.shards[x].mu.Lock()
 	}

@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -165,14 +165,8 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		next = append(next, entry{})
 	}
 	locked = append(locked, itemShard...)
-	sort.Ints(locked)
-	u := locked[:0]
-	for i, x := range locked {
-		if i == 0 || x != locked[i-1] {
-			u = append(u, x)
-		}
-	}
-	locked = u
+	slices.Sort(locked)
+	locked = slices.Compact(locked) // each shard once, in order
 	for _, x := range locked {
 		s.shards[x].mu.Lock()
 	}
