@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -411,5 +412,81 @@ func TestServeRedisKilledUnderLoad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// sluice serve on a real 3-master Redis Cluster: limits with a hash_tag
+// share a slot (one script), the global limit lives elsewhere (reserve and
+// refund across slots); keys carry --store-prefix.
+func TestServeRedisCluster(t *testing.T) {
+	cl, err := redistest.StartCluster(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, `limits:
+  - name: global
+    key: global
+    capacity: 1000
+    refill_per_second: 0.001
+  - name: tenant
+    key: "tenant:{tenant}"
+    hash_tag: "{tenant}"
+    capacity: 3
+    refill_per_second: 0.001
+  - name: tenant_user
+    key: "tenant:{tenant}:user:{user}"
+    hash_tag: "{tenant}"
+    capacity: 100
+    refill_per_second: 0.001
+`)
+	p := serve(t, "--config", pol, "--store", "redis+cluster://"+strings.Join(cl.Addrs(), ","), "--store-prefix", "edge:")
+	check := func(tenant, user string) (int, map[string]float64) {
+		code, body := call(t, p, "POST", "/v1/check", fmt.Sprintf(`{"descriptors":{"tenant":%q,"user":%q}}`, tenant, user))
+		var res struct {
+			Limits []struct {
+				Name string  `json:"name"`
+				Left float64 `json:"tokens_remaining"`
+			} `json:"limits"`
+		}
+		json.Unmarshal([]byte(body), &res)
+		left := map[string]float64{}
+		for _, l := range res.Limits {
+			left[l.Name] = l.Left
+		}
+		return code, left
+	}
+	for i := range 3 {
+		if code, _ := check("acme", fmt.Sprint("u", i)); code != 200 {
+			t.Fatalf("check %d: %d", i, code)
+		}
+	}
+	// acme's tenant bucket is empty: refused, and neither the global
+	// bucket (another slot) nor the user bucket (same slot) is charged.
+	for range 5 {
+		if code, _ := check("acme", "u9"); code != 429 {
+			t.Fatalf("over the tenant limit: %d", code)
+		}
+	}
+	if code, left := check("globex", "u1"); code != 200 || left["global"] != 1000-4 || left["tenant_user"] != 99 {
+		t.Fatalf("after refusals: %d %v (global must have lost 4: 3 for acme, 1 now)", code, left)
+	}
+	// Every key is under the prefix, with the tenant limits' tag.
+	n := 0
+	for _, addr := range cl.Addrs() {
+		out, err := exec.Command("redis-cli", "-u", "redis://"+addr, "--scan", "--pattern", "edge:*").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range strings.Fields(string(out)) {
+			n++
+			if strings.Contains(k, "tenant") && !strings.Contains(k, "{acme}") && !strings.Contains(k, "{globex}") {
+				t.Errorf("tenant key without its hash tag: %s", k)
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("%d keys under the prefix", n)
 	}
 }
