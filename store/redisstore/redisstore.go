@@ -1,21 +1,32 @@
 // Package redisstore is a store.Store on Redis or Redis Cluster, for many
-// sluice instances sharing one budget.
+// sluice instances sharing one budget. Plain Redis or Valkey: no module, no
+// native GCRA command.
 //
-// Each decision is one Lua script (sent with EVALSHA, falling back to
-// EVAL once per connection) that reads the time from Redis TIME, brings
-// every item's state to that time, decides all-or-nothing, and writes the
-// new states, so instances with skewed clocks agree. The script applies
-// the same transitions as the in-process store (bucket.Params,
-// store.BucketState, window.Limit) on exact integers: Redis Lua numbers
-// are doubles, exact only to 2^53, so the script computes on limbs of 24
-// bits (products below 2^48) and states cross the wire as 16 hex digits
-// per int64. The same trace gives the same decisions as store/memstore.
+// Every decision is made by one Lua script (sent with EVALSHA, falling
+// back to EVAL) that reads the time from Redis TIME, brings every item's
+// state to that time, decides all-or-nothing, and writes the new states,
+// so instances with skewed clocks agree and reset and retry come from the
+// same clock. Concurrent decisions share script calls: at most three are in
+// flight, and requests that arrive meanwhile go together in the next (each
+// still all-or-nothing on its own); a lone caller is never delayed.
 //
-// Keys expire when their state equals a new key's (a full token bucket, a
-// window whose counts have aged out, no live leases), so Redis holds no
-// garbage. In-flight limits are a sorted set of lease ids per key, scored
-// by expiry (Unix microseconds): a crashed holder's slot comes back after
-// the lease TTL.
+// The script applies the same transitions as the in-process store
+// (bucket.Params, store.BucketState, window.Limit) on exact integers, so
+// the same trace gives the same decisions as store/memstore. Redis Lua
+// numbers are doubles, exact only below 2^53, and nanosecond times or
+// fixed-point bucket states do not fit: token buckets are computed in
+// doubles when every intermediate is provably below 2^53 (checked at each
+// step; time as two 32-bit halves), and otherwise, like windows, on limbs
+// of 24 bits (products below 2^48). A bucket's state is rebased to the
+// time of each write (exactly), which keeps elapsed times short. A Redis
+// TIME earlier than a key's last write counts as that write's time.
+//
+// Keys expire when their state equals a new key's: a token bucket about a
+// second after it is full again (so that most writes keep the TTL), a
+// window when its counts have aged out, an in-flight set with its last
+// lease. In-flight limits are a sorted set of lease ids per key, scored by
+// expiry (Unix microseconds): a crashed holder's slot comes back after the
+// lease TTL.
 //
 // All-or-nothing across keys: on a single Redis, and on a cluster when
 // every key of a request is in one hash slot, one script decides them all.
