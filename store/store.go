@@ -1,8 +1,10 @@
 // Package store defines where keyed limit state lives. A Store makes one
 // all-or-nothing admission over every bucket a request needs, releases
 // in-flight leases, and closes. Implementations: store/memstore (in
-// process), and later Redis and token leasing; store/storetest is the
-// conformance suite every implementation passes.
+// process) and store/redisstore (Redis, Redis Cluster); wrappers:
+// store/lease (token leasing) and store/failover (what to do when the
+// shared store fails). store/storetest is the conformance suite every
+// implementation passes.
 //
 // Every implementation applies the same pure transitions (bucket.Params for
 // token buckets, window.Limit.Sliding for sliding windows), so that the same
