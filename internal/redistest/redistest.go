@@ -106,7 +106,7 @@ func (s *Server) run(bin string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cmd := exec.Command(bin, s.args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the tests
+	cmd.SysProcAttr = procAttr() // on Linux: never outlive the tests
 	if err := cmd.Start(); err != nil {
 		return err
 	}
