@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -205,4 +206,22 @@ func Validate(items []Item) error {
 		}
 	}
 	return nil
+}
+
+// RefundBefore is the time (the store's clock, Unix ns) until which an
+// admitted item's cost can be returned exactly: a token bucket's until its
+// tokens refill (now + its reset, saturating), a window's until the window
+// ends; 0 for other kinds. Every store reports it by this rule.
+func RefundBefore(sp *Spec, now int64, reset time.Duration) int64 {
+	switch sp.Kind {
+	case TokenBucket:
+		if int64(reset) > math.MaxInt64-now {
+			return math.MaxInt64
+		}
+		return now + int64(reset)
+	case SlidingWindow, FixedWindow:
+		w := int64(sp.Window.Window)
+		return now + w - ((now%w)+w)%w
+	}
+	return 0
 }

@@ -228,7 +228,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			continue
 		}
 		if it.Cost > 0 {
-			it.RefundBefore = s.wall(wall, d) + refundWindow(it.Spec, it.Decision, s.wall(wall, d))
+			it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), it.Decision.ResetAfter)
 		}
 		switch {
 		case ents[i] != nil && !roomMade:
@@ -245,20 +245,6 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		s.sweep(&s.shards[x], d)
 	}
 	return res, nil
-}
-
-// refundWindow is how long after an admission its cost can be returned
-// exactly: a bucket's tokens until they refill (its ResetAfter), a window's
-// count until the window ends.
-func refundWindow(sp *store.Spec, d sluice.Decision, wall int64) int64 {
-	switch sp.Kind {
-	case store.TokenBucket:
-		return int64(d.ResetAfter)
-	case store.SlidingWindow, store.FixedWindow:
-		w := int64(sp.Window.Window)
-		return w - ((wall%w)+w)%w
-	}
-	return 0
 }
 
 // Adjust implements store.Store.

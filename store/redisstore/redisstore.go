@@ -43,7 +43,6 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"fmt"
-	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -603,7 +602,7 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 			it.Decision = sluice.Decision{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: time.Duration(v[2]), ResetAfter: time.Duration(v[3])}
 			it.RefundBefore = 0
 			if c.ok && it.Cost > 0 {
-				it.RefundBefore = refundBefore(it.Spec, now, v[3])
+				it.RefundBefore = store.RefundBefore(it.Spec, now, time.Duration(v[3]))
 			}
 		}
 		s.decided.Add(uint64(len(c.items)))
@@ -613,23 +612,6 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 		return fmt.Errorf("script returned %d values too many", len(arr))
 	}
 	return nil
-}
-
-// refundBefore is the time (Redis' clock) until which an admitted item's
-// cost can be returned exactly: a bucket's until its tokens refill (its
-// reset), a window's until the window ends. Memstore's rule.
-func refundBefore(sp *store.Spec, now, reset int64) int64 {
-	switch sp.Kind {
-	case store.TokenBucket:
-		if reset > math.MaxInt64-now {
-			return math.MaxInt64
-		}
-		return now + reset
-	case store.SlidingWindow, store.FixedWindow:
-		w := int64(sp.Window.Window)
-		return now + w - ((now%w)+w)%w
-	}
-	return 0
 }
 
 // ScriptStats counts the items decided and how many of them took the
