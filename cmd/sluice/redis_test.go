@@ -490,3 +490,70 @@ func TestServeRedisCluster(t *testing.T) {
 		t.Fatalf("%d keys under the prefix", n)
 	}
 }
+
+// Bad store settings stop serve at once with an error naming them; nothing
+// starts listening.
+func TestServeBadStoreSettings(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, servePolicy)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--store", "memcached://127.0.0.1:1"}, "scheme"},
+		{[]string{"--store", "redis://"}, "no host"},
+		{[]string{"--store", "redis://127.0.0.1:1/notadb"}, "database"},
+		{[]string{"--store", "redis://127.0.0.1:1", "--store-prefix", "a{b}:"}, "prefix"},
+		{[]string{"--store", "redis://127.0.0.1:1", "--store-timeout", "0s"}, "timeout"},
+		{[]string{"--store", "redis://127.0.0.1:1", "--instances", "0"}, "instances"},
+		{[]string{"--store", "redis://127.0.0.1:1", "--on-store-error", "shrug"}, "on-store-error"},
+	} {
+		cmd := exec.Command(binary, append([]string{"serve", "--config", pol, "--http", "127.0.0.1:0"}, tc.args...)...)
+		done := make(chan struct{})
+		var out []byte
+		var err error
+		go func() { out, err = cmd.CombinedOutput(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("%v: serve started", tc.args)
+		}
+		if err == nil || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "sluice serving") {
+			t.Errorf("%v: %v\n%s", tc.args, err, out)
+		}
+	}
+}
+
+// A Redis that is down when serve starts: serve starts degraded (logged,
+// /readyz 503, fail_closed refusing), and decides on Redis once it answers.
+func TestServeStartsWithRedisDown(t *testing.T) {
+	srv := startRedis(t)
+	srv.Kill()
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, servePolicy)
+	p := serve(t, "--config", pol, "--store", "redis://"+srv.Addr, "--store-timeout", "200ms", "--on-store-error", "fail_closed")
+	p.waitLog(t, "store unreachable")
+	if code, _ := call(t, p, "GET", "/readyz", ""); code != 503 {
+		t.Fatalf("readyz %d with Redis down", code)
+	}
+	if code, _ := call(t, p, "POST", "/v1/check", `{"descriptors":{"tenant":"a"}}`); code != 503 {
+		t.Fatalf("fail_closed with Redis down: %d", code)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := call(t, p, "POST", "/v1/check", `{"descriptors":{"tenant":"a"}}`); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never decided on Redis")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, _ := call(t, p, "GET", "/readyz", ""); code != 200 {
+		t.Fatalf("readyz %d once Redis answers", code)
+	}
+}

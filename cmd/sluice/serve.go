@@ -297,5 +297,10 @@ func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.
 		rs.Close()
 		return nil, sharedStore{}, err
 	}
+	// Find out now whether Redis answers: if not, the instance starts
+	// degraded (logged, gauge set) and returns to Redis when it answers.
+	ctx, cancel := context.WithTimeout(context.Background(), c.StoreTimeout)
+	fo.Ping(ctx)
+	cancel()
 	return fo, sharedStore{name: redisstore.Redact(c.Store), client: rs.Client(), ready: fo.Ping}, nil
 }

@@ -142,20 +142,27 @@ type Store struct {
 // Open connects to the Redis at rawURL: redis://[user:password@]host:port[/db],
 // rediss:// (TLS), or redis+cluster://host1:port,host2:port,... (and
 // rediss+cluster://) for a Redis Cluster. rueidis' URL query options
-// (dial_timeout, write_timeout, skip_verify...) are accepted.
+// (dial_timeout, write_timeout, skip_verify...) are accepted. A single
+// Redis that does not answer yet is not an error (calls fail until it
+// does); a cluster none of whose nodes answers is.
 func Open(rawURL string, opts ...Option) (*Store, error) {
 	opt, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
 	cfg := newConfig(opts)
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	if cfg.pool > 0 {
 		opt.BlockingPoolSize = cfg.pool
 	}
 	c, err := rueidis.NewClient(opt)
-	if err != nil {
+	if err != nil && (c == nil || !opt.ForceSingleClient) {
 		return nil, fmt.Errorf("redisstore: connecting to %s: %w", Redact(rawURL), err)
 	}
+	// A single Redis that does not answer yet still gives a client: it
+	// connects when Redis answers, and calls fail meanwhile.
 	s, err := New(c, opts...)
 	if err != nil {
 		c.Close()
@@ -228,14 +235,24 @@ func newConfig(opts []Option) config {
 	return cfg
 }
 
+func (cfg config) check() error {
+	if strings.ContainsAny(cfg.prefix, "{}") {
+		return fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", cfg.prefix)
+	}
+	if cfg.timeout <= 0 {
+		return fmt.Errorf("redisstore: timeout %v must be positive", cfg.timeout)
+	}
+	if cfg.pool < 0 {
+		return fmt.Errorf("redisstore: pool size %d must not be negative", cfg.pool)
+	}
+	return nil
+}
+
 // New returns a store on client c (which the caller keeps and closes).
 func New(c rueidis.Client, opts ...Option) (*Store, error) {
 	cfg := newConfig(opts)
-	if strings.ContainsAny(cfg.prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", cfg.prefix)
-	}
-	if cfg.timeout <= 0 {
-		return nil, fmt.Errorf("redisstore: timeout %v must be positive", cfg.timeout)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	s := &Store{c: c, cfg: cfg, closed: make(chan struct{}),
 		take:    rueidis.NewLuaScript(takeScript),
