@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,6 +96,56 @@ func runCallers(b *testing.B, n int, decide func(i int) error) {
 	}
 }
 
+// redisCost runs run and reports what Redis spent per decision: in
+// scripts (INFO commandstats, EVAL and EVALSHA) and in all (INFO cpu,
+// user + system), so the server's share is measured in the same run.
+func redisCost(b *testing.B, addr string, run func()) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := redisInfo(b, rdb, "cpu", "used_cpu_user:", "used_cpu_sys:")
+	run()
+	cpu1 := redisInfo(b, rdb, "cpu", "used_cpu_user:", "used_cpu_sys:")
+	scripts := 0.0
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					scripts += x
+				}
+			}
+		}
+	}
+	b.ReportMetric(scripts/float64(b.N), "redis-script-µs/op")
+	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-µs/op")
+}
+
+// redisInfo sums the named fields of an INFO section.
+func redisInfo(b *testing.B, rdb *goredis.Client, section string, fields ...string) float64 {
+	info, err := rdb.Info(context.Background(), section).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		for _, f := range fields {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				sum += x
+			}
+		}
+	}
+	return sum
+}
+
 var benchKeys = func() []string {
 	k := make([]string, 1000)
 	for i := range k {
@@ -115,13 +167,15 @@ func BenchmarkRedis(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			runCallers(b, callers, func(i int) error {
-				items := []store.Item{{Key: benchKeys[i%len(benchKeys)], Spec: sp, Cost: 1}}
-				r, err := s.Take(context.Background(), items)
-				if err == nil && !r.Allowed {
-					err = fmt.Errorf("refused")
-				}
-				return err
+			redisCost(b, addr, func() {
+				runCallers(b, callers, func(i int) error {
+					items := []store.Item{{Key: benchKeys[i%len(benchKeys)], Spec: sp, Cost: 1}}
+					r, err := s.Take(context.Background(), items)
+					if err == nil && !r.Allowed {
+						err = fmt.Errorf("refused")
+					}
+					return err
+				})
 			})
 		})
 		b.Run(fmt.Sprintf("callers=%d/impl=redis_rate", callers), func(b *testing.B) {
@@ -129,12 +183,14 @@ func BenchmarkRedis(b *testing.B) {
 			defer rdb.Close()
 			lim := redis_rate.NewLimiter(rdb)
 			limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
-			runCallers(b, callers, func(i int) error {
-				r, err := lim.Allow(context.Background(), benchKeys[i%len(benchKeys)], limit)
-				if err == nil && r.Allowed == 0 {
-					err = fmt.Errorf("refused")
-				}
-				return err
+			redisCost(b, addr, func() {
+				runCallers(b, callers, func(i int) error {
+					r, err := lim.Allow(context.Background(), benchKeys[i%len(benchKeys)], limit)
+					if err == nil && r.Allowed == 0 {
+						err = fmt.Errorf("refused")
+					}
+					return err
+				})
 			})
 		})
 	}

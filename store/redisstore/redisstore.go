@@ -6,7 +6,7 @@
 // back to EVAL) that reads the time from Redis TIME, brings every item's
 // state to that time, decides all-or-nothing, and writes the new states,
 // so instances with skewed clocks agree and reset and retry come from the
-// same clock. Concurrent decisions share script calls: at most three are in
+// same clock. Concurrent decisions share script calls: at most two are in
 // flight, and requests that arrive meanwhile go together in the next (each
 // still all-or-nothing on its own); a lone caller is never delayed.
 //
@@ -443,7 +443,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // queue (up to maxBatch requests) as one script call. A lone caller is
 // never delayed; many callers share round trips and script calls.
 const (
-	maxInFlight = 3
+	maxInFlight = 2
 	maxBatch    = 64
 )
 
@@ -464,23 +464,32 @@ func (s *Store) submit(ctx context.Context, c *call) bool {
 	return false
 }
 
-// next sends the queued requests, or frees the slot.
+// next hands the slot to the queued requests: one goroutine sends batch
+// after batch while requests keep queueing, then frees the slot.
 func (s *Store) next() {
+	if batch := s.dequeue(); batch != nil {
+		go func() {
+			for ; batch != nil; batch = s.dequeue() {
+				s.run(context.Background(), batch)
+			}
+		}()
+	}
+}
+
+// dequeue takes the next batch from the queue, or frees the caller's slot
+// and returns nil when the queue is empty.
+func (s *Store) dequeue() []*call {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.queue) == 0 {
 		s.inflight--
-		s.mu.Unlock()
-		return
+		return nil
 	}
 	n := min(len(s.queue), maxBatch)
 	batch := make([]*call, n)
 	copy(batch, s.queue)
 	s.queue = append(s.queue[:0], s.queue[n:]...)
-	s.mu.Unlock()
-	go func() {
-		s.run(context.Background(), batch)
-		s.next()
-	}()
+	return batch
 }
 
 // run decides a batch in one script call (bounded by the store timeout)
