@@ -19,3 +19,15 @@ func BenchmarkCheck1(b *testing.B) {
 		l.Check(ctx, req)
 	}
 }
+
+func BenchmarkCheckInto1(b *testing.B) {
+	p, _ := policy.Parse([]byte("limits:\n  - name: tenant\n    key: \"tenant:{tenant}\"\n    capacity: 1000000000\n    refill_per_second: 1000000000\n"))
+	l, _ := limiter.New(p, memstore.New())
+	req := limiter.Request{Descriptors: map[string]string{"tenant": "0000001"}}
+	ctx := context.Background()
+	var res limiter.Result
+	b.ReportAllocs()
+	for b.Loop() {
+		l.CheckInto(ctx, req, &res)
+	}
+}

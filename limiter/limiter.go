@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -94,6 +96,8 @@ type Result struct {
 	// Receipt records what an admitted request took, for Settle (when the
 	// request asked for it).
 	Receipt Receipt
+
+	scratch *scratch // CheckInto's working space
 }
 
 // Receipt records what an admitted Check took from each limit, so that
@@ -209,14 +213,7 @@ type Limiter struct {
 	logs       *bucket.Bucket
 	suppressed atomic.Int64
 	m          metrics
-	checks     atomic.Uint64 // samples the latency of one check in 8
-	bufs       sync.Pool     // *buffers
-}
-
-// buffers are a Check's scratch space, reused across calls.
-type buffers struct {
-	items []store.Item
-	key   []byte
+	bufs       sync.Pool // *scratch, for Check
 }
 
 type compiled struct {
@@ -242,7 +239,7 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 	for _, o := range opts {
 		o(l)
 	}
-	l.bufs.New = func() any { return &buffers{items: make([]store.Item, 0, 8), key: make([]byte, 0, 128)} }
+	l.bufs.New = func() any { return newScratch() }
 	l.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
 	l.m = metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -356,79 +353,140 @@ func kindSpec(lim *policy.Limit) (*store.Spec, error) {
 // not an error; errors are for bad requests (sluice.ErrInvalidCost, a
 // *CostError) and store failures.
 func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
+	buf := l.bufs.Get().(*scratch)
+	var res Result
+	err := l.check(ctx, req, &res, buf)
+	l.bufs.Put(buf)
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// CheckInto is Check writing its result into *res, reusing the storage of
+// res.Limits (and working space res keeps for the purpose): a caller that
+// keeps one Result per goroutine decides without allocating (over
+// store/memstore, for keys it holds). res must not be shared between
+// goroutines, and a status slice taken from it earlier is overwritten by
+// the next call. On error *res is zero (its storage kept).
+func (l *Limiter) CheckInto(ctx context.Context, req Request, res *Result) error {
+	if res.scratch == nil {
+		res.scratch = newScratch()
+	}
+	sc, limits := res.scratch, res.Limits[:0]
+	*res = Result{Limits: limits, scratch: sc}
+	err := l.check(ctx, req, res, sc)
+	if err != nil {
+		*res = Result{Limits: limits, scratch: sc}
+	}
+	return err
+}
+
+// scratch is a check's working space, reused across calls.
+type scratch struct {
+	items []store.Item
+	which []int // policy index of each item
+	ends  []int // end of each item's key in key
+	user  []int // where each item's key shows the caller's part (after "name:" and a hash tag)
+	key   []byte
+}
+
+func newScratch() *scratch {
+	return &scratch{items: make([]store.Item, 0, 8), which: make([]int, 0, 8), ends: make([]int, 0, 8),
+		user: make([]int, 0, 8), key: make([]byte, 0, 128)}
+}
+
+func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scratch) error {
 	var start time.Time
-	timed := l.checks.Add(1)%8 == 0 // the latency histogram samples one check in 8
+	timed := rand.Uint32()%16 == 0 // the latency histogram samples one check in 16
 	if timed {
 		start = time.Now()
 	}
 	c := l.compiled.Load()
 	if req.Cost < 0 {
-		return Result{}, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
+		return sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
 	}
 	cost := req.Cost
 	if cost == 0 {
 		cost = c.p.Cost(req.Descriptors)
 	}
-	buf := l.bufs.Get().(*buffers)
-	defer l.bufs.Put(buf)
-	items := buf.items[:0]
-	var limits []LimitStatus
-	var idx [16]int // policy index of each item (limits beyond 16 use the slice below)
-	which := idx[:0]
+	items, which, ends, user, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
+	defer func() { clear(items) }() // drop the key strings from the reused buffer
+	limits := res.Limits[:0]
 	for i, lim := range c.p.Limits {
-		k, ok := lim.AppendKey(append(buf.key[:0], c.prefix[i]...), req.Descriptors)
+		from := len(key)
+		k, ok := lim.AppendKey(append(key, c.prefix[i]...), req.Descriptors)
 		if !ok {
+			key = k[:from]
 			continue
 		}
 		userKey := len(c.prefix[i])
 		if lim.HashTag != "" {
-			k = lim.AppendHashTag(k[:0], req.Descriptors)
-			userKey += len(k)
+			k = lim.AppendHashTag(k[:from], req.Descriptors)
+			userKey += len(k) - from
 			k, _ = lim.AppendKey(append(k, c.prefix[i]...), req.Descriptors)
 		}
-		buf.key = k[:0]
+		key = k
 		itemCost := cost
 		if lim.Kind == policy.Concurrency {
 			itemCost = 1
 		}
 		if lim.Kind != policy.Concurrency && itemCost > lim.Capacity() {
-			return Result{}, &CostError{Limit: lim.Name, Cost: itemCost, Capacity: lim.Capacity()}
+			sc.key = key[:0]
+			return &CostError{Limit: lim.Name, Cost: itemCost, Capacity: lim.Capacity()}
 		}
 		if req.Peek {
 			itemCost = 0
 		}
-		full := string(k)
-		items = append(items, store.Item{Key: full, Spec: c.specs[i], Cost: itemCost})
-		which = append(which, i)
-		if limits == nil {
-			limits = make([]LimitStatus, 0, len(c.p.Limits))
-		}
+		items = append(items, store.Item{Spec: c.specs[i], Cost: itemCost})
+		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
 		limits = append(limits, LimitStatus{
-			Name: lim.Name, Key: full[userKey:], Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
+			Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
 			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost,
 		})
 	}
-	buf.items = items[:0]
-	res := Result{Allowed: true, Limits: limits, Cost: cost}
+	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
+	res.Allowed, res.Limits, res.Cost = true, limits, cost
 	if len(items) == 0 {
 		l.observe(c, nil, res, req, start, timed)
-		return res, nil
+		return nil
+	}
+	// The keys, now that the buffer has stopped growing: borrowed from it
+	// when the store copies what it keeps (and hands back keys it owns),
+	// else copied.
+	kb, borrows := l.st.(store.KeyBorrower)
+	from := 0
+	for j := range items {
+		if borrows {
+			items[j].Key = unsafe.String(&key[from], ends[j]-from)
+		} else {
+			items[j].Key = string(key[from:ends[j]])
+		}
+		from = ends[j]
 	}
 	var deadline time.Time
 	if req.MaxWait > 0 {
 		deadline = time.Now().Add(req.MaxWait)
 	}
 	for {
-		r, err := l.st.Take(ctx, items)
+		var r store.Result
+		var err error
+		if borrows {
+			r, err = kb.TakeBorrowed(ctx, items)
+			borrows = false // the keys are the store's now
+		} else {
+			r, err = l.st.Take(ctx, items)
+		}
 		if err != nil {
 			l.m.errors.Inc()
 			l.logf(slog.LevelError, "rate limit: store failed", slog.String("error", err.Error()))
-			return Result{}, fmt.Errorf("limiter: %w", err)
+			return fmt.Errorf("limiter: %w", err)
 		}
 		res.Allowed, res.Lease, res.RetryAfter = r.Allowed, r.Lease, 0
 		for i := range items {
 			d := items[i].Decision
 			st := &res.Limits[i]
+			st.Key = items[i].Key[user[i]:]
 			st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
 			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
 		}
@@ -447,9 +505,8 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 			}
 		}
 	}
-	clear(items) // drop the key strings from the pooled buffer
 	l.observe(c, which, res, req, start, timed)
-	return res, nil
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -471,7 +528,7 @@ func (l *Limiter) Release(ctx context.Context, lease store.Lease) error {
 	return l.st.Release(ctx, lease)
 }
 
-func (l *Limiter) observe(c *compiled, which []int, res Result, req Request, start time.Time, timed bool) {
+func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, start time.Time, timed bool) {
 	if timed {
 		l.m.latency.Observe(time.Since(start).Seconds())
 	}
@@ -479,7 +536,8 @@ func (l *Limiter) observe(c *compiled, which []int, res Result, req Request, sta
 	if req.Retry {
 		attempt = 1
 	}
-	for j, st := range res.Limits {
+	for j := range res.Limits {
+		st := &res.Limits[j]
 		result := 0
 		if !st.Allowed {
 			result = 1
@@ -601,7 +659,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
 			which = append(which, c.index(st.Name))
 		}
-		l.observe(c, which, *res, reqs[r], time.Time{}, false)
+		l.observe(c, which, res, reqs[r], time.Time{}, false)
 	}
 	return out, nil
 }

@@ -696,6 +696,9 @@ func (p *Policy) Cost(desc map[string]string) int64 {
 }
 
 func matches(when, desc map[string]string) bool {
+	if len(when) == 0 {
+		return true
+	}
 	for k, want := range when {
 		got, ok := desc[k]
 		if !ok || got != want {

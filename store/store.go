@@ -138,6 +138,17 @@ type Store interface {
 	Close() error
 }
 
+// KeyBorrower is implemented by stores that can decide items whose keys
+// are borrowed: TakeBorrowed is Take for items whose Key strings alias
+// memory the caller overwrites once the call returns. The store copies any
+// key it keeps, and on return (error or not) every Item.Key is an equal
+// string the caller may keep — the store's own copy where it holds the
+// key, so that a decision on an existing key allocates no key string.
+// limiter.Limiter uses it when its store offers it (store/memstore does).
+type KeyBorrower interface {
+	TakeBorrowed(ctx context.Context, items []Item) (Result, error)
+}
+
 // Stats is a snapshot of a store's size.
 type Stats struct {
 	Keys      int64  // keys held now

@@ -19,6 +19,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,16 +145,43 @@ func (s *Store) shardOf(key string) int { return shardOf(s.hash(key)) }
 
 // Take implements store.Store.
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	return s.take(items, false)
+}
+
+// TakeBorrowed implements store.KeyBorrower: items' keys may alias memory
+// the caller reuses after the call. The store copies a key it keeps (a new
+// key's, a lease's) and, on return, every Item.Key is a string the caller
+// may keep: the store's own copy where it holds the key (no allocation for
+// a decision on an existing key), else a fresh copy.
+func (s *Store) TakeBorrowed(ctx context.Context, items []store.Item) (store.Result, error) {
+	return s.take(items, true)
+}
+
+func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 	if s.closed.Load() {
 		return store.Result{}, store.ErrClosed
 	}
 	if err := store.Validate(items); err != nil {
+		if borrowed {
+			ownKeys(items)
+		}
 		return store.Result{}, err
 	}
 	d, wall := s.now()
+	if len(items) == 1 { // one shard: no ordering, no scratch arrays
+		h := s.hash(items[0].Key)
+		shd := &s.shards[shardOf(h)]
+		shd.mu.Lock()
+		res, err := s.take1(shd, h, &items[0], d, wall, borrowed)
+		if err == nil {
+			s.sweep(shd, d)
+		}
+		shd.mu.Unlock()
+		return res, err
+	}
 	// Each item's shard, and every shard involved locked in ascending order.
 	var shBuf, lockBuf [8]int
-	var entBuf [8]*entry
+	var entBuf [8]*tentry
 	var nextBuf [8]entry
 	var hashBuf [8]uint64
 	itemShard, locked, ents, next, hashes := shBuf[:0], lockBuf[:0], entBuf[:0], nextBuf[:0], hashBuf[:0]
@@ -189,13 +217,16 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			if e == nil && it.Cost > 0 && shd.m.n+len(shd.leases) >= s.perShard { // a peek creates nothing
 				roomMade = true
 				if !s.makeRoom(shd, d) {
-					return store.Result{}, fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, it.Key)
+					if borrowed {
+						ownKeys(items)
+					}
+					return store.Result{}, s.fullError(it.Key)
 				}
 			}
 			ents[i] = e
 			var cur entry
 			if e != nil {
-				cur = *e
+				cur = e.entry
 			}
 			next[i], it.Decision = step(*it, cur, e != nil, d, s.wall(wall, d))
 		}
@@ -204,40 +235,47 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		}
 	}
 	if !res.Allowed {
+		if borrowed {
+			for i := range items {
+				if e := ents[i]; e != nil && items[i].Spec.Kind != store.Concurrency {
+					items[i].Key = e.key
+				} else {
+					items[i].Key = strings.Clone(items[i].Key)
+				}
+			}
+		}
 		return res, nil
 	}
 	for i := range items {
 		it := &items[i]
 		shd := &s.shards[itemShard[i]]
 		if it.Spec.Kind == store.Concurrency {
-			if it.Cost == 0 {
-				continue
+			if borrowed {
+				it.Key = strings.Clone(it.Key)
 			}
-			if res.Lease.ID == "" {
-				res.Lease.ID = s.leaseBase + strconv.FormatUint(s.leaseSeq.Add(1), 36)
-			}
-			sl := shd.leases[it.Key]
-			if sl == nil {
-				sl = &slots{}
-				shd.leases[it.Key] = sl
-				s.keys.Add(1)
-			}
-			sl.ids = append(sl.ids, res.Lease.ID)
-			sl.exp = append(sl.exp, d+int64(it.Spec.LeaseTTL))
-			res.Lease.Keys = append(res.Lease.Keys, it.Key)
+			s.takeSlot(shd, it, d, &res)
 			continue
 		}
 		if it.Cost > 0 {
 			it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), it.Decision.ResetAfter)
 		}
+		e := ents[i]
 		switch {
-		case ents[i] != nil && !roomMade:
-			*ents[i] = next[i] // in place: no second map operation
-		case ents[i] != nil || it.Cost > 0: // a peek creates nothing
-			if cur := shd.m.get(hashes[i], it.Key); cur != nil {
-				*cur = next[i]
-			} else if shd.m.insert(hashes[i], it.Key, next[i]) != nil {
-				s.keys.Add(1)
+		case e != nil && !roomMade:
+			e.entry = next[i] // in place: no second map operation
+		case e != nil || it.Cost > 0: // a peek creates nothing
+			if e = shd.m.get(hashes[i], it.Key); e != nil {
+				e.entry = next[i]
+			} else if e = s.insert(shd, hashes[i], it.Key, next[i], borrowed); e == nil {
+				it.Key = strings.Clone(it.Key) // not kept (the table is at its limit)
+				continue
+			}
+		}
+		if borrowed {
+			if e != nil {
+				it.Key = e.key
+			} else {
+				it.Key = strings.Clone(it.Key)
 			}
 		}
 	}
@@ -245,6 +283,96 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		s.sweep(&s.shards[x], d)
 	}
 	return res, nil
+}
+
+// take1 decides a single item in its locked shard.
+func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borrowed bool) (store.Result, error) {
+	res := store.Result{Allowed: true}
+	if it.Spec.Kind == store.Concurrency {
+		it.Decision = s.peekSlots(shd, *it, d)
+		if borrowed {
+			it.Key = strings.Clone(it.Key)
+		}
+		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 {
+			s.takeSlot(shd, it, d, &res)
+		}
+		return res, nil
+	}
+	e := shd.m.get(h, it.Key)
+	var cur entry
+	if e != nil {
+		cur = e.entry
+	} else if it.Cost > 0 && shd.m.n+len(shd.leases) >= s.perShard && !s.makeRoom(shd, d) {
+		if borrowed {
+			it.Key = strings.Clone(it.Key)
+		}
+		return store.Result{}, s.fullError(it.Key)
+	}
+	next, dec := step(*it, cur, e != nil, d, s.wall(wall, d))
+	it.Decision = dec
+	res.Allowed = dec.Allowed
+	if dec.Allowed && it.Cost > 0 {
+		it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), dec.ResetAfter)
+		if e != nil {
+			e.entry = next
+		} else {
+			e = s.insert(shd, h, it.Key, next, borrowed)
+		}
+	} else if e != nil && dec.Allowed {
+		e.entry = next // a peek brings the state forward (as Take with several items does)
+	}
+	if borrowed {
+		if e != nil {
+			it.Key = e.key
+		} else {
+			it.Key = strings.Clone(it.Key)
+		}
+	}
+	return res, nil
+}
+
+// insert adds a new key's entry (copying a borrowed key), counting it; nil
+// when the shard's table is at its limit.
+func (s *Store) insert(shd *shard, h uint64, key string, e entry, borrowed bool) *tentry {
+	if borrowed {
+		key = strings.Clone(key)
+	}
+	p := shd.m.insert(h, key, e)
+	if p != nil {
+		s.keys.Add(1)
+	}
+	return p
+}
+
+// takeSlot takes an in-flight slot for a Concurrency item (whose key the
+// store may keep).
+func (s *Store) takeSlot(shd *shard, it *store.Item, d int64, res *store.Result) {
+	if it.Cost == 0 {
+		return
+	}
+	if res.Lease.ID == "" {
+		res.Lease.ID = s.leaseBase + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+	}
+	sl := shd.leases[it.Key]
+	if sl == nil {
+		sl = &slots{}
+		shd.leases[it.Key] = sl
+		s.keys.Add(1)
+	}
+	sl.ids = append(sl.ids, res.Lease.ID)
+	sl.exp = append(sl.exp, d+int64(it.Spec.LeaseTTL))
+	res.Lease.Keys = append(res.Lease.Keys, it.Key)
+}
+
+func (s *Store) fullError(key string) error {
+	return fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, key)
+}
+
+// ownKeys replaces borrowed keys by copies (on paths that return early).
+func ownKeys(items []store.Item) {
+	for i := range items {
+		items[i].Key = strings.Clone(items[i].Key)
+	}
 }
 
 // Adjust implements store.Store.
@@ -265,12 +393,12 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		shd := &s.shards[shardOf(h)]
 		shd.mu.Lock()
 		if e := shd.m.get(h, a.Key); e != nil {
-			adjustEntry(a, e, true, d, wall)
+			adjustEntry(a, &e.entry, true, d, wall)
 		} else if a.Delta > 0 && (shd.m.n+len(shd.leases) < s.perShard || s.makeRoom(shd, d)) {
 			// The key was evicted (its state was new again): the charge
 			// still counts, against a new state.
 			if e := shd.m.insert(h, a.Key, entry{}); e != nil {
-				adjustEntry(a, e, false, d, wall)
+				adjustEntry(a, &e.entry, false, d, wall)
 				s.keys.Add(1)
 			}
 		}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bucket"
@@ -19,6 +22,56 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, c sluice.Clock) store.Store { return memstore.New(memstore.WithClock(c)) })
+}
+
+// The conformance suite again, every Take going through TakeBorrowed with
+// keys that alias one buffer, scribbled over after each call: a store that
+// kept a borrowed key (a new key's entry, a lease) or handed one back would
+// decide wrongly later or fail the key check here.
+func TestConformanceBorrowedKeys(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, c sluice.Clock) store.Store {
+		return &borrowing{Store: memstore.New(memstore.WithClock(c)), t: t}
+	})
+}
+
+type borrowing struct {
+	*memstore.Store
+	t   *testing.T
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *borrowing) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	orig := make([]string, len(items))
+	b.buf = b.buf[:0]
+	for i := range items {
+		orig[i] = items[i].Key
+		b.buf = append(b.buf, items[i].Key...)
+	}
+	at := 0
+	for i := range items {
+		if n := len(orig[i]); n > 0 {
+			items[i].Key = unsafe.String(&b.buf[at], n)
+			at += n
+		}
+	}
+	res, err := b.Store.TakeBorrowed(ctx, items)
+	for i := range b.buf {
+		b.buf[i] = '#'
+	}
+	for i := range items {
+		if items[i].Key != orig[i] {
+			b.t.Errorf("item %d: key %q after TakeBorrowed, want %q", i, items[i].Key, orig[i])
+		}
+	}
+	for _, k := range res.Lease.Keys {
+		if strings.Contains(k, "#") {
+			b.t.Errorf("lease key %q aliases the caller's buffer", k)
+		}
+	}
+	return res, err
 }
 
 // Eviction changes no decision: the same random trace through a store that

@@ -46,8 +46,8 @@ func (t *table) pos(h uint64) int { return int(h>>6) & (len(t.slots) - 1) }
 
 func (t *table) at(i uint32) *tentry { return &t.chunks[i>>chunkBits][i&(chunkSize-1)] }
 
-// get returns key's entry, or nil.
-func (t *table) get(h uint64, key string) *entry {
+// get returns key's entry (with the table's copy of the key), or nil.
+func (t *table) get(h uint64, key string) *tentry {
 	if t.n == 0 {
 		return nil
 	}
@@ -59,7 +59,7 @@ func (t *table) get(h uint64, key string) *entry {
 		}
 		if s&^indexMask == tag && s&indexMask != tomb {
 			if e := t.at(s&indexMask - 1); e.key == key {
-				return &e.entry
+				return e
 			}
 		}
 	}
@@ -67,7 +67,7 @@ func (t *table) get(h uint64, key string) *entry {
 
 // insert adds key (absent) with state e and returns its entry; nil when
 // the shard holds the most entries an index can name.
-func (t *table) insert(h uint64, key string, e entry) *entry {
+func (t *table) insert(h uint64, key string, e entry) *tentry {
 	if t.n >= maxEntries {
 		return nil
 	}
@@ -94,7 +94,7 @@ func (t *table) insert(h uint64, key string, e entry) *entry {
 	t.place(h, i)
 	t.n++
 	t.used++
-	return &te.entry
+	return te
 }
 
 // place puts entry i in the first free slot of its probe sequence.

@@ -48,7 +48,7 @@ func checkTable(t *testing.T, rng *rand.Rand, ops, keys int) {
 			tb.scan(rng.IntN(64)+1, func(e *entry) bool {
 				if e.a%3 == 0 {
 					for rk, rv := range ref {
-						if rv == e.a && tb.get(tb.hash(rk), rk) == e {
+						if te := tb.get(tb.hash(rk), rk); rv == e.a && te != nil && &te.entry == e {
 							delete(ref, rk)
 							return true
 						}
