@@ -2,7 +2,11 @@ package limiter_test
 
 import (
 	"context"
+	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
@@ -126,5 +130,50 @@ func TestCheckIntoReuses(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("CheckInto allocates %.1f times per call", allocs)
+	}
+}
+
+// The decision counters spread increments over cells; their sum must still
+// be exact under concurrent checks.
+func TestDecisionCountsExactUnderConcurrency(t *testing.T) {
+	p, err := policy.Parse([]byte(reusePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	l, err := limiter.New(p, memstore.New(), limiter.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, each = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			var res limiter.Result
+			req := limiter.Request{Descriptors: map[string]string{"tenant": "t"}, Retry: g%2 == 1}
+			for range each {
+				if err := l.CheckInto(context.Background(), req, &res); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var sum, retries float64
+	for _, r := range []string{"admitted", "rejected"} {
+		for _, a := range []string{"original", "retry"} {
+			n := testutil.ToFloat64(counter(t, reg, "tenant", r, a))
+			sum += n
+			if a == "retry" {
+				retries += n
+			}
+		}
+	}
+	if sum != goroutines*each || retries != goroutines*each/2 {
+		t.Fatalf("counted %v decisions (%v retries), want %d (%d)", sum, retries, goroutines*each, goroutines*each/2)
+	}
+	if a := testutil.ToFloat64(counter(t, reg, "tenant", "admitted", "original")) + testutil.ToFloat64(counter(t, reg, "tenant", "admitted", "retry")); a < 3 || a > 5 {
+		t.Fatalf("admitted %v, want the burst of 3 (and a refill or two)", a)
 	}
 }
