@@ -2,7 +2,9 @@
 // gubernator v2.13 node (from its Go module) with the same gRPC load on
 // loopback, in the same process and run, alternating rounds, and prints
 // decisions/s and latency for each. Both servers run in this process, so
-// they share the machine with the load alike.
+// they share the machine with the load alike. A third server, "floor",
+// answers OK without deciding anything: the ceiling any grpc-go
+// RateLimitService can reach under this load on this machine.
 //
 //	go run ./cmd/rlscompare -clients 64 -seconds 5 -rounds 3
 package main
@@ -37,7 +39,7 @@ func main() {
 	seconds := flag.Int("seconds", 5, "seconds per round")
 	rounds := flag.Int("rounds", 3, "rounds per implementation (alternating)")
 	keys := flag.Int("keys", 1000, "distinct keys")
-	only := flag.String("only", "", "run only this implementation (sluice or gubernator)")
+	only := flag.String("only", "", "run only this implementation (sluice, floor or gubernator)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the rounds to this file")
 	flag.Parse()
 	ctx := context.Background()
@@ -58,6 +60,20 @@ func main() {
 	defer gs.Stop()
 	sc, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	sluiceClient := rls.NewRateLimitServiceClient(sc)
+
+	// floor: the same gRPC server answering OK without deciding anything,
+	// what any grpc-go RateLimitService costs on this machine under this
+	// load (neither server can go below it).
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
+	rls.RegisterRateLimitServiceServer(fs, floorService{})
+	go fs.Serve(fln)
+	defer fs.Stop()
+	fc, _ := grpc.NewClient(fln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	floorClient := rls.NewRateLimitServiceClient(fc)
 
 	// gubernator v2.13: one node.
 	port := func() string {
@@ -87,6 +103,11 @@ func main() {
 				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: strconv.Itoa(i)}}}}})
 			return err == nil && r.OverallCode == rls.RateLimitResponse_OK, err
 		}},
+		{"floor", func(i int) (bool, error) {
+			r, err := floorClient.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: strconv.Itoa(i)}}}}})
+			return err == nil && r.OverallCode == rls.RateLimitResponse_OK, err
+		}},
 		{"gubernator", func(i int) (bool, error) {
 			r, err := gubClient.GetRateLimits(ctx, &gubernator.GetRateLimitsReq{Requests: []*gubernator.RateLimitReq{{
 				Name: "edge", UniqueKey: strconv.Itoa(i), Hits: 1, Limit: 1_000_000_000, Duration: 1000, Algorithm: gubernator.Algorithm_TOKEN_BUCKET}}})
@@ -112,6 +133,17 @@ func main() {
 				float64(n)/float64(*seconds), bad, pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99))
 		}
 	}
+}
+
+// floorService answers every ShouldRateLimit with OK and one status,
+// deciding nothing: the cost of the gRPC path alone.
+type floorService struct {
+	rls.UnimplementedRateLimitServiceServer
+}
+
+func (floorService) ShouldRateLimit(_ context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	return &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK,
+		Statuses: []*rls.RateLimitResponse_DescriptorStatus{{Code: rls.RateLimitResponse_OK}}}, nil
 }
 
 func load(call func(int) (bool, error), clients, keys int, d time.Duration) (int64, int64, []time.Duration) {
