@@ -117,6 +117,55 @@ func (g *goLimiterKeyed) check(i int) bool {
 	return ok
 }
 
+// floorKeyed is the least any keyed limiter called with a descriptor map
+// can do: look the descriptor up, find the key's state in a sync.Map (the
+// descriptor value itself as key: no key string is built), read the
+// monotonic clock and CAS one integer (GCRA at 1 token/ns, burst 1e9). No
+// exact rates, no status, no all-or-nothing, no metrics: a floor to
+// measure the peers against, not a limiter.
+type floorKeyed struct {
+	m      [3]sync.Map
+	t0     time.Time
+	tenant []string
+	user   []string
+	three  bool
+	pool   sync.Pool // map[string]string
+}
+
+func (f *floorKeyed) allow(m *sync.Map, k string) bool {
+	v, ok := m.Load(k)
+	if !ok {
+		v, _ = m.LoadOrStore(k, new(atomic.Int64))
+	}
+	a := v.(*atomic.Int64)
+	now := int64(time.Since(f.t0))
+	for {
+		old := a.Load()
+		tat := max(old, now) + 1
+		if tat-now > 1e9 {
+			return false
+		}
+		if a.CompareAndSwap(old, tat) {
+			return true
+		}
+	}
+}
+
+func (f *floorKeyed) check(i int) bool {
+	d := f.pool.Get().(map[string]string)
+	d["tenant"] = f.tenant[i]
+	if f.three {
+		d["user"] = f.user[i]
+	}
+	ok := f.allow(&f.m[0], d["tenant"])
+	if f.three {
+		ok = f.allow(&f.m[1], "global") && ok
+		ok = f.allow(&f.m[2], d["user"]) && ok
+	}
+	f.pool.Put(d)
+	return ok
+}
+
 var names = map[int][]string{}
 
 func keyNames(n int) []string {
@@ -153,6 +202,10 @@ func newKeyed(b *testing.B, impl string, limits, keys int) keyed {
 		return s
 	case "xrate":
 		return &xrateKeyed{tenant: tenant, user: user, three: three}
+	case "floor":
+		f := &floorKeyed{t0: time.Now(), tenant: tenant, user: user, three: three}
+		f.pool.New = func() any { return map[string]string{} }
+		return f
 	default:
 		s, err := memorystore.New(&memorystore.Config{Tokens: 1e9, Interval: time.Second})
 		if err != nil {
@@ -164,7 +217,8 @@ func newKeyed(b *testing.B, impl string, limits, keys int) keyed {
 }
 
 // BenchmarkCheck: one decision per op, keys chosen round-robin among keys
-// distinct tenants (and users); single goroutine and RunParallel.
+// distinct tenants (and users); single goroutine and RunParallel. impl=floor
+// is not a limiter (see floorKeyed).
 func BenchmarkCheck(b *testing.B) {
 	for _, limits := range []int{1, 3} {
 		for _, keys := range []int{1, 1_000_000} {
@@ -173,7 +227,7 @@ func BenchmarkCheck(b *testing.B) {
 				if par {
 					mode = "parallel"
 				}
-				for _, impl := range []string{"sluice", "xrate", "golimiter"} {
+				for _, impl := range []string{"sluice", "xrate", "golimiter", "floor"} {
 					b.Run(fmt.Sprintf("limits=%d/keys=%d/%s/impl=%s", limits, keys, mode, impl), func(b *testing.B) {
 						k := newKeyed(b, impl, limits, keys)
 						for i := range min(keys, 1_000_000) { // warm: every key exists
