@@ -61,16 +61,22 @@ var epoch = time.Unix(1_800_000_000, 0)
 
 func newLimiter(t *testing.T, opts ...limiter.Option) (*limiter.Limiter, *sluice.ManualClock) {
 	t.Helper()
-	p, err := policy.Parse([]byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := sluice.NewManualClock(epoch)
-	l, err := limiter.New(p, memstore.New(memstore.WithClock(c)), opts...)
+	return limiterOver(t, src, memstore.New(memstore.WithClock(c)), opts...), c
+}
+
+// limiterOver is a limiter enforcing the policy source over st.
+func limiterOver(t *testing.T, source string, st store.Store, opts ...limiter.Option) *limiter.Limiter {
+	t.Helper()
+	p, err := policy.Parse([]byte(source))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, c
+	l, err := limiter.New(p, st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func check(t *testing.T, l *limiter.Limiter, req limiter.Request) limiter.Result {

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/limiter"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -35,14 +34,7 @@ limits:
 // any number of later checks, for new keys, existing ones, refusals, peeks
 // of absent keys and concurrency slots alike.
 func TestStatusKeysOutliveLaterChecks(t *testing.T) {
-	p, err := policy.Parse([]byte(reusePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := limiter.New(p, memstore.New())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := limiterOver(t, reusePolicy, memstore.New())
 	ctx := context.Background()
 	type kept struct {
 		r    limiter.Result
@@ -97,14 +89,7 @@ func TestStatusKeysOutliveLaterChecks(t *testing.T) {
 // CheckInto reuses the result's storage: after the first call, a decision
 // on existing keys allocates nothing, and the statuses are rewritten.
 func TestCheckIntoReuses(t *testing.T) {
-	p, err := policy.Parse([]byte(reusePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := limiter.New(p, memstore.New())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := limiterOver(t, reusePolicy, memstore.New())
 	ctx := context.Background()
 	var res limiter.Result
 	req := limiter.Request{Descriptors: map[string]string{"tenant": "a"}}
@@ -136,15 +121,8 @@ func TestCheckIntoReuses(t *testing.T) {
 // The decision counters spread increments over cells; their sum must still
 // be exact under concurrent checks.
 func TestDecisionCountsExactUnderConcurrency(t *testing.T) {
-	p, err := policy.Parse([]byte(reusePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	l, err := limiter.New(p, memstore.New(), limiter.WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := limiterOver(t, reusePolicy, memstore.New(), limiter.WithRegisterer(reg))
 	const goroutines, each = 8, 500
 	var wg sync.WaitGroup
 	for g := range goroutines {
