@@ -159,6 +159,9 @@ func (s *Store) TakeBorrowed(ctx context.Context, items []store.Item) (store.Res
 
 func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 	if s.closed.Load() {
+		if borrowed {
+			ownKeys(items)
+		}
 		return store.Result{}, store.ErrClosed
 	}
 	if err := store.Validate(items); err != nil {

@@ -226,3 +226,49 @@ func TestDebtIsNotEvicted(t *testing.T) {
 		t.Fatalf("the debt was forgotten: %+v", peek[0].Decision)
 	}
 }
+
+// Keys lent to TakeBorrowed come back owned on every path, errors included.
+func TestTakeBorrowedOwnsKeysOnErrors(t *testing.T) {
+	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1})
+	for name, tc := range map[string]struct {
+		s     *memstore.Store
+		items func(buf []byte) []store.Item
+		want  error
+	}{
+		"closed": {s: func() *memstore.Store { s := memstore.New(); s.Close(); return s }(),
+			items: func(b []byte) []store.Item { return []store.Item{{Key: unsafe.String(&b[0], 3), Spec: sp, Cost: 1}} },
+			want:  store.ErrClosed},
+		"invalid": {s: memstore.New(),
+			items: func(b []byte) []store.Item { return []store.Item{{Key: unsafe.String(&b[0], 3), Spec: sp, Cost: 9}} },
+			want:  store.ErrInvalidItem},
+		"full": {s: memstore.New(memstore.WithMaxKeys(1), memstore.NoEviction()),
+			items: func(b []byte) []store.Item {
+				return []store.Item{{Key: unsafe.String(&b[0], 3), Spec: sp, Cost: 1}, {Key: unsafe.String(&b[3], 3), Spec: sp, Cost: 1}}
+			},
+			want: store.ErrFull},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "full" { // fill every shard's share (1 key each) first
+				for i := range 1000 {
+					tc.s.Take(context.Background(), []store.Item{{Key: fmt.Sprint("fill", i), Spec: sp, Cost: 1}})
+				}
+			}
+			buf := []byte("abcdef")
+			items := tc.items(buf)
+			want := make([]string, len(items))
+			for i := range items {
+				want[i] = strings.Clone(items[i].Key)
+			}
+			_, err := tc.s.TakeBorrowed(context.Background(), items)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+			copy(buf, "######")
+			for i := range items {
+				if items[i].Key != want[i] {
+					t.Errorf("item %d: key %q after the call, want %q", i, items[i].Key, want[i])
+				}
+			}
+		})
+	}
+}
