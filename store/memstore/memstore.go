@@ -240,11 +240,7 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 	if !res.Allowed {
 		if borrowed {
 			for i := range items {
-				if e := ents[i]; e != nil && items[i].Spec.Kind != store.Concurrency {
-					items[i].Key = e.key
-				} else {
-					items[i].Key = strings.Clone(items[i].Key)
-				}
+				ownKey(&items[i], ents[i]) // (nil for Concurrency items)
 			}
 		}
 		return res, nil
@@ -254,7 +250,7 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 		shd := &s.shards[itemShard[i]]
 		if it.Spec.Kind == store.Concurrency {
 			if borrowed {
-				it.Key = strings.Clone(it.Key)
+				ownKey(it, nil)
 			}
 			s.takeSlot(shd, it, d, &res)
 			continue
@@ -269,17 +265,12 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 		case e != nil || it.Cost > 0: // a peek creates nothing
 			if e = shd.m.get(hashes[i], it.Key); e != nil {
 				e.entry = next[i]
-			} else if e = s.insert(shd, hashes[i], it.Key, next[i], borrowed); e == nil {
-				it.Key = strings.Clone(it.Key) // not kept (the table is at its limit)
-				continue
+			} else {
+				e = s.insert(shd, hashes[i], it.Key, next[i], borrowed) // nil: not kept (the table is at its limit)
 			}
 		}
 		if borrowed {
-			if e != nil {
-				it.Key = e.key
-			} else {
-				it.Key = strings.Clone(it.Key)
-			}
+			ownKey(it, e)
 		}
 	}
 	for _, x := range locked {
@@ -294,7 +285,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	if it.Spec.Kind == store.Concurrency {
 		it.Decision = s.peekSlots(shd, *it, d)
 		if borrowed {
-			it.Key = strings.Clone(it.Key)
+			ownKey(it, nil)
 		}
 		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 {
 			s.takeSlot(shd, it, d, &res)
@@ -307,7 +298,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		cur = e.entry
 	} else if it.Cost > 0 && shd.m.n+len(shd.leases) >= s.perShard && !s.makeRoom(shd, d) {
 		if borrowed {
-			it.Key = strings.Clone(it.Key)
+			ownKey(it, nil)
 		}
 		return store.Result{}, s.fullError(it.Key)
 	}
@@ -325,11 +316,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		e.entry = next // a peek brings the state forward (as Take with several items does)
 	}
 	if borrowed {
-		if e != nil {
-			it.Key = e.key
-		} else {
-			it.Key = strings.Clone(it.Key)
-		}
+		ownKey(it, e)
 	}
 	return res, nil
 }
@@ -371,10 +358,21 @@ func (s *Store) fullError(key string) error {
 	return fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, key)
 }
 
+// ownKey replaces a borrowed key by a string the caller may keep: the
+// table's copy when entry e still holds this key (an entry evicted to make
+// room holds none), else a fresh copy.
+func ownKey(it *store.Item, e *tentry) {
+	if e != nil && e.key == it.Key {
+		it.Key = e.key
+	} else {
+		it.Key = strings.Clone(it.Key)
+	}
+}
+
 // ownKeys replaces borrowed keys by copies (on paths that return early).
 func ownKeys(items []store.Item) {
 	for i := range items {
-		items[i].Key = strings.Clone(items[i].Key)
+		ownKey(&items[i], nil)
 	}
 }
 

@@ -272,3 +272,44 @@ func TestTakeBorrowedOwnsKeysOnErrors(t *testing.T) {
 		})
 	}
 }
+
+// A refused request whose new key made room by evicting the entry of an
+// earlier item must still hand back that item's key (not the evicted
+// entry's, which is gone).
+func TestTakeBorrowedRefusalAfterEviction(t *testing.T) {
+	c := sluice.NewManualClock(storetest.Epoch)
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1)) // one key per shard
+	idle, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1000})
+	tight, _ := store.NewBucketSpec(bucket.Limit{Capacity: 1, Rate: 0.001})
+	ctx := context.Background()
+	// a and b share a shard; z is elsewhere.
+	a, b, z := "a", "", ""
+	for i := 0; b == "" || z == ""; i++ {
+		k := fmt.Sprint("k", i)
+		switch {
+		case b == "" && s.ShardOf(k) == s.ShardOf(a):
+			b = k
+		case z == "" && s.ShardOf(k) != s.ShardOf(a):
+			z = k
+		}
+	}
+	s.Take(ctx, []store.Item{{Key: a, Spec: idle, Cost: 1}})
+	s.Take(ctx, []store.Item{{Key: z, Spec: tight, Cost: 1}}) // z is now empty for ~1000 s
+	c.Advance(time.Second)                                    // a is full again: idle, evictable
+	buf := []byte(a + b + z)
+	items := []store.Item{
+		{Key: unsafe.String(&buf[0], len(a)), Spec: idle, Cost: 0}, // a peek of a: finds its entry
+		{Key: unsafe.String(&buf[len(a)], len(b)), Spec: idle, Cost: 1},
+		{Key: unsafe.String(&buf[len(a)+len(b)], len(z)), Spec: tight, Cost: 1},
+	}
+	r, err := s.TakeBorrowed(ctx, items)
+	if err != nil || r.Allowed {
+		t.Fatalf("want a refusal: %+v %v", r, err)
+	}
+	copy(buf, strings.Repeat("#", len(buf)))
+	for i, want := range []string{a, b, z} {
+		if items[i].Key != want {
+			t.Errorf("item %d: key %q, want %q", i, items[i].Key, want)
+		}
+	}
+}
