@@ -12,7 +12,7 @@
 // virtual token clock is a floor of an exact function of time, so over any
 // interval of length t starting full, the admitted cost is at most
 // Capacity + Rate*t, whatever the sequence of calls, and at least that minus
-// one unit (2^-Shift tokens) per decision. Time comes from the monotonic
+// one unit (see Params) per decision. Time comes from the monotonic
 // clock; a time earlier than one already seen (a stale AllowAt, a clock that
 // steps back) counts as the latest time seen, so it neither adds nor removes
 // credit.
@@ -147,11 +147,30 @@ func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 		if cost < 0 || cost > ep.p.limit.Capacity {
 			return sluice.Decision{}, costError(cost, ep.p.limit.Capacity)
 		}
-		nt, dec := ep.p.Step(tat, at, cost)
+		nt, dec, again := ep.p.step(tat, at, cost, true)
+		if again {
+			b.reanchor(ep, tat, at)
+			continue
+		}
 		if nt == tat || ep.tat.CompareAndSwap(tat, nt) {
 			return dec, nil
 		}
 	}
+}
+
+// reanchor restarts a full bucket exactly: a new epoch whose origin is the
+// instant at (so the virtual clock reads exactly 0 there, with no fraction
+// for the restart to round away). Nothing is lost or created: a full bucket
+// is the same whatever its origin. It does nothing if the state changed
+// meanwhile (the caller takes a new snapshot either way).
+func (b *Bucket) reanchor(ep *epoch, tat int64, at Instant) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ep.Load() != ep || ep.tat.Load() != tat {
+		return
+	}
+	b.freeze(ep)
+	b.publish(ep.p, ep.origin+at.Elapsed, 0, 0, false)
 }
 
 // snapshot returns the current epoch, the instant of d in it and its state,
@@ -277,7 +296,7 @@ func (b *Bucket) tokensAt(d int64) float64 {
 			continue
 		}
 		dn := min(max(d-ep.origin, 0), ep.p.maxElap)
-		return math.Ldexp(float64(ep.p.Tokens(tat, Instant{dn, ep.phase})), -int(ep.p.shift))
+		return float64(ep.p.Tokens(tat, Instant{dn, ep.phase})) / float64(ep.p.unit)
 	}
 }
 
@@ -312,6 +331,10 @@ func (b *Bucket) reserve(d, cost int64, maxWait time.Duration) (*Reservation, er
 		ep, at, tat := b.snapshot(d)
 		if cost < 0 || cost > ep.p.limit.Capacity {
 			return nil, costError(cost, ep.p.limit.Capacity)
+		}
+		if cost > 0 && ep.p.inexactRestart(tat, at) {
+			b.reanchor(ep, tat, at)
+			continue
 		}
 		nt, wait, ok := ep.p.Reserve(tat, at, cost, max(maxWait, 0))
 		if !ok {

@@ -37,6 +37,40 @@ func Every(d time.Duration) Limit {
 	return Limit{Capacity: 1, Rate: float64(time.Second) / float64(d)}
 }
 
+// periods are the periods RatePer recognises, in seconds: second, minute,
+// hour, day, week, 30-day month, 365-day year (Envoy's units).
+var periods = [...]int64{1, 60, 3600, 86400, 7 * 86400, 30 * 86400, 365 * 86400}
+
+// RatePer returns the exact rate the limit stands for as n tokens per per,
+// and ok, when Rate is the float64 nearest to such a fraction written the
+// way PerSecond, PerMinute, PerHour and Every write it: n/p for a whole
+// n >= 1 and p one of 1 s, 1 min, 1 h, 1 day, 7 days, 30 days or 365 days
+// (the first that fits), or 1 per d for a whole number of nanoseconds d.
+// Compile uses that fraction instead of the float's own binary value, so
+// PerMinute(100), a policy's refill "100/m" and Envoy's 100 per MINUTE are
+// exactly 100 tokens a minute. Another float (0.7000000000000001, a
+// measured rate) is taken at its exact binary value and ok is false. The
+// two differ by less than half a unit in the last place of Rate.
+func (l Limit) RatePer() (n int64, per time.Duration, ok bool) {
+	r := l.Rate
+	if !(r > 0) || math.IsInf(r, 0) {
+		return 0, 0, false
+	}
+	for _, p := range periods {
+		x := math.Round(r * float64(p))
+		if x >= 1 && x < 1<<53 && x/float64(p) == r {
+			return int64(x), time.Duration(p) * time.Second, true
+		}
+	}
+	if r <= 1e9 {
+		d := math.Round(1e9 / r)
+		if d >= 1 && d < 1<<62 && float64(time.Second)/d == r {
+			return 1, time.Duration(d), true
+		}
+	}
+	return 0, 0, false
+}
+
 // WithCapacity returns l with its capacity (burst) set to c.
 func (l Limit) WithCapacity(c int64) Limit { l.Capacity = c; return l }
 

@@ -11,33 +11,56 @@ import (
 // Representation.
 //
 // A bucket's state is one int64, its theoretical arrival time (TAT) in the
-// sense of GCRA, measured in fixed-point token units: 1 token = 2^Shift
-// units. Time enters only through the virtual token clock
+// sense of GCRA, measured in fixed-point token units: 1 token = Unit units.
+// Time enters only through the virtual token clock
 //
-//	V(d) = floor(d * Num / Den)
+//	V(d) = floor((d * Num + Phase) / Den)
 //
 // where d is nanoseconds since the state's origin and Num/Den is the rate in
-// units per nanosecond, an exact ratio of integers (the float64 rate times
-// 2^Shift / 1e9, reduced). The bucket holds Capacity - max(0, TAT - V) tokens.
-// Because V is a floor of an exact function of absolute time (never a sum of
-// rounded increments), rounding cannot accumulate: credit is never created,
-// and the only loss is under one unit (2^-Shift tokens) per decision.
+// units per nanosecond, an exact ratio of integers. The bucket holds
+// Capacity - max(0, TAT - V) tokens. Because V is a floor of an exact
+// function of absolute time (never a sum of rounded increments), rounding
+// cannot accumulate: credit is never created.
 //
-// The scale is chosen per limit: Shift is the largest value <= 32 such that
-// the capacity fits in 2^59 units and V grows by at most 2^54 units a second,
-// so V stays below 2^60 for at least 64 s of elapsed time (MaxElapsed); past
-// that the owner of the state rebases it to a new origin (Rebase), which is
-// exact because the origin keeps the clock's phase. States never exceed
-// MaxState, so every intermediate sum fits an int64.
+// The scale is chosen per limit, from the exact rate (see Limit.RatePer):
+//
+//   - Whole units per nanosecond (Den = 1) whenever the rate is a fraction
+//     a/b tokens per nanosecond with Capacity*b <= 2^61 and a <= 2^60/1e9:
+//     one token is b units and V(d) = d*a is exact at every nanosecond, so
+//     no decision rounds anything. Every "N per second, minute, hour, day"
+//     and every Every(d) of a practical size compiles this way (100/minute:
+//     a token is 6e8 units, one unit a nanosecond).
+//   - Otherwise one token is 2^k units, k <= 32 the largest that keeps the
+//     capacity within 2^59 units and V's growth within 2^54 units a second,
+//     and Num/Den is the rate times 2^k / 1e9, reduced. V then has a
+//     fraction of a unit at most instants: a decision reads V rounded down
+//     and a full bucket restarts from V rounded up, so every rounding is
+//     against the caller by less than one unit (2^-k tokens) and none
+//     accumulates.
+//
+// V stays below 2^60 for at least MaxElapsed (1 s at the fastest, 64 s in
+// the second form); past that the owner of the state rebases it to a new
+// origin (Rebase), which is exact because the origin keeps the clock's
+// phase. States never exceed MaxState, so every intermediate sum fits an
+// int64.
 
 const (
 	maxShift          = 32
 	maxCapUnits       = 1 << 59
+	maxIntCapUnits    = 1 << 61
 	maxV              = 1 << 60
 	maxUnitsPerSecond = 1 << 54
+	// maxIntUnitsPerNs keeps MaxElapsed >= 1 s with whole units per ns.
+	maxIntUnitsPerNs = maxV / 1_000_000_000
 	// MaxState is the largest TAT a state may hold (capacity plus the debt
 	// of reservations, in units, above V).
 	MaxState = 1 << 62
+	// MaxAhead is how far a state may run ahead of the virtual clock, in
+	// units (the capacity plus the debt of reservations and charges): a
+	// bound relative to V, so that it is the same whatever the state's
+	// origin and rebasing changes no decision. V < 2^60 keeps states
+	// within MaxState.
+	MaxAhead = 1 << 61
 	// maxFill bounds the time to refill a full bucket (about 36 years).
 	maxFill = 1 << 60
 )
@@ -48,13 +71,15 @@ const (
 // token leasing all make identical decisions. Params is immutable.
 type Params struct {
 	limit    Limit
-	shift    uint
+	unit     int64 // units per token
+	shift    uint  // log2(unit) when unit is a power of two
 	capUnits int64
 	num, den uint64
 	exact    bool
 	maxElap  int64
 	byDen    divisor // fast division by den
 	byNum    divisor // fast division by num
+	byUnit   divisor // fast division by unit
 }
 
 // Compile checks l and returns its fixed-point parameters. The error matches
@@ -76,6 +101,59 @@ func Compile(l Limit) (Params, error) {
 		return Params{}, invalid("capacity %d at rate %v/s takes %.3g s to refill, more than the maximum %.3g s",
 			l.Capacity, r, float64(l.Capacity)/r, float64(maxFill)/1e9)
 	}
+	if a, b, ok := l.fraction(); ok {
+		if p, ok := wholeUnits(l, a, b); ok {
+			return p, nil
+		}
+	}
+	return binaryUnits(l)
+}
+
+// fraction returns the rate as a/b tokens per nanosecond (reduced), when it
+// fits 64-bit integers: RatePer's fraction, else the float's own value.
+func (l Limit) fraction() (a, b uint64, ok bool) {
+	if n, per, ok := l.RatePer(); ok {
+		a, b = uint64(n), uint64(per)
+	} else {
+		fr, exp := math.Frexp(l.Rate)
+		m := uint64(math.Ldexp(fr, 53))
+		e := exp - 53
+		tz := bits.TrailingZeros64(m)
+		m >>= uint(tz)
+		e += tz
+		switch {
+		case e >= 0 && bits.Len64(m)+e < 64:
+			a, b = m<<uint(e), 1e9
+		case e < 0 && -e <= 33: // 1e9 < 2^30
+			a, b = m, 1e9<<uint(-e)
+		default:
+			return 0, 0, false
+		}
+	}
+	g := gcd(a, b)
+	return a / g, b / g, true
+}
+
+// wholeUnits compiles rate a/b tokens per ns (reduced) with one token = b
+// units, so that V(d) = d*a exactly, when the numbers allow it.
+func wholeUnits(l Limit, a, b uint64) (Params, bool) {
+	hi, capU := bits.Mul64(uint64(l.Capacity), b)
+	if hi != 0 || capU > maxIntCapUnits || a > maxIntUnitsPerNs || a == 0 {
+		return Params{}, false
+	}
+	p := Params{limit: l, unit: int64(b), capUnits: int64(capU), num: a, den: 1, exact: true,
+		byDen: newDivisor(1), byNum: newDivisor(a), byUnit: newDivisor(b)}
+	if b&(b-1) == 0 {
+		p.shift = uint(bits.TrailingZeros64(b))
+	}
+	p.maxElap = min(int64(maxV/a), 1<<61)
+	return p, true
+}
+
+// binaryUnits compiles l with one token = 2^k units and the rate's exact
+// ratio of its float64 value times 2^k / 1e9 units per ns.
+func binaryUnits(l Limit) (Params, error) {
+	r := l.Rate
 	k := uint(maxShift)
 	for k > 0 && (bits.Len64(uint64(l.Capacity))+int(k) > 59 || math.Ldexp(r, int(k)) > maxUnitsPerSecond) {
 		k--
@@ -115,8 +193,8 @@ func Compile(l Limit) (Params, error) {
 	if num == 0 {
 		return Params{}, invalid("rate %v/s is too small to represent", r)
 	}
-	p := Params{limit: l, shift: k, capUnits: l.Capacity << k, num: num, den: den, exact: exact,
-		byDen: newDivisor(den), byNum: newDivisor(num)}
+	p := Params{limit: l, unit: 1 << k, shift: k, capUnits: l.Capacity << k, num: num, den: den, exact: exact,
+		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDivisor(1 << k)}
 	p.maxElap = 1 << 61
 	if hi, lo := bits.Mul64(maxV, den); hi < num {
 		if q, _ := bits.Div64(hi, lo, num); q < 1<<61 {
@@ -136,15 +214,20 @@ func gcd(a, b uint64) uint64 {
 // Limit returns the limit p was compiled from.
 func (p *Params) Limit() Limit { return p.limit }
 
-// Shift returns k: one token is 2^k units of state.
+// Unit returns the units of state per token.
+func (p *Params) Unit() int64 { return p.unit }
+
+// Shift returns k when one token is 2^k units (Unit is a power of two),
+// else 0.
 func (p *Params) Shift() uint { return p.shift }
 
 // Ratio returns the rate as units per nanosecond, Num/Den, and whether it is
-// exactly the float64 rate (false only for rates whose exact ratio does not
-// fit 62-bit integers; they are rounded down by less than 1e-12).
+// exactly the limit's rate (false only for float rates whose exact ratio
+// does not fit 62-bit integers; they are rounded down by less than 1e-12).
+// Den is 1 when every nanosecond adds a whole number of units.
 func (p *Params) Ratio() (num, den uint64, exact bool) { return p.num, p.den, p.exact }
 
-// CapacityUnits returns the capacity in units (Capacity << Shift).
+// CapacityUnits returns the capacity in units (Capacity * Unit).
 func (p *Params) CapacityUnits() int64 { return p.capUnits }
 
 // MaxElapsed is the largest elapsed time (ns since the state's origin) that
@@ -202,6 +285,13 @@ func (p *Params) base(tat int64, t Instant) (v, base int64, full bool) {
 		return v, v + 1, true
 	}
 	return v, v, true
+}
+
+// inexactRestart reports whether state tat is full at t while the virtual
+// clock has a fractional part there (see step).
+func (p *Params) inexactRestart(tat int64, t Instant) bool {
+	v, frac := p.units(t)
+	return frac && tat <= v
 }
 
 // Nanos returns the least elapsed time d (from the origin of t, with t's
@@ -271,6 +361,17 @@ func (p *Params) Tokens(tat int64, t Instant) int64 {
 // Tokens are read with V rounded down and a full bucket restarts from V
 // rounded up, so every rounding is against the caller and none accumulates.
 func (p *Params) Step(tat int64, t Instant, cost int64) (int64, sluice.Decision) {
+	nt, dec, _ := p.step(tat, t, cost, false)
+	return nt, dec
+}
+
+// step is Step, except that with reanchor set it decides nothing and
+// returns true when a cost would restart a full bucket at a moment when the
+// virtual clock has a fractional part: the restart from V rounded up would
+// cost the caller that fraction (and the reported Remaining a whole token),
+// which an owner that can move the state's origin (Bucket) avoids by
+// restarting its state at t exactly and stepping again.
+func (p *Params) step(tat int64, t Instant, cost int64, reanchor bool) (int64, sluice.Decision, bool) {
 	// p.base, written out: this is the hot path of every decision.
 	hi, lo := bits.Mul64(uint64(min(max(t.Elapsed, 0), p.maxElap)), p.num)
 	var c uint64
@@ -280,26 +381,29 @@ func (p *Params) Step(tat int64, t Instant, cost int64) (int64, sluice.Decision)
 	if full {
 		base = v
 		if r != 0 {
+			if reanchor && cost > 0 {
+				return tat, sluice.Decision{}, true
+			}
 			base++
 		}
 	}
-	nt := base + cost<<p.shift
+	nt := base + cost*p.unit
 	if (full || nt-v <= p.capUnits) && nt <= MaxState {
-		rem := max(p.capUnits-(nt-v), 0) >> p.shift
+		rem := p.whole(max(p.capUnits-(nt-v), 0))
 		reset := p.wait(nt, t)
 		if cost == 0 {
 			nt = tat
 		}
-		return nt, sluice.Decision{Allowed: true, Remaining: rem, ResetAfter: reset}
+		return nt, sluice.Decision{Allowed: true, Remaining: rem, ResetAfter: reset}, false
 	}
 	// Refused: the state is not full (a full bucket admits any cost up to
 	// its capacity).
 	retry, reset := p.waits(nt-p.capUnits, base, t)
 	return tat, sluice.Decision{
-		Remaining:  max(p.capUnits-(base-v), 0) >> p.shift,
+		Remaining:  p.whole(max(p.capUnits-(base-v), 0)),
 		RetryAfter: retry,
 		ResetAfter: reset,
-	}
+	}, false
 }
 
 // waits is wait for two targets at once, written out so that the two
@@ -332,12 +436,12 @@ func (p *Params) waits(t1, t2 int64, t Instant) (time.Duration, time.Duration) {
 // Reserve is the transition for a reservation: it books cost tokens at the
 // earliest time they are available, letting the state go into debt, and
 // returns the new state and the wait until the tokens are there. It books
-// nothing and returns ok=false when that wait exceeds maxWait or the debt
-// would exceed MaxState.
+// nothing and returns ok=false when that wait exceeds maxWait or the state
+// would run more than MaxAhead ahead of the virtual clock.
 func (p *Params) Reserve(tat int64, t Instant, cost int64, maxWait time.Duration) (nt int64, wait time.Duration, ok bool) {
-	_, base, _ := p.base(tat, t)
-	nt = base + cost<<p.shift
-	if nt > MaxState {
+	v, base, _ := p.base(tat, t)
+	nt = base + cost*p.unit
+	if nt-v > MaxAhead {
 		return tat, 0, false
 	}
 	wait = p.wait(nt-p.capUnits, t)
@@ -348,18 +452,25 @@ func (p *Params) Reserve(tat int64, t Instant, cost int64, maxWait time.Duration
 }
 
 // Charge takes n tokens at t whatever the state holds, letting it go into
-// debt (a cost found to be larger than reserved). The debt is capped at
-// MaxState.
+// debt (a cost found to be larger than reserved). The state is capped at
+// MaxAhead ahead of the virtual clock.
 func (p *Params) Charge(tat int64, t Instant, n int64) int64 {
-	_, base, _ := p.base(tat, t)
-	if n >= (MaxState-base)>>p.shift {
-		return MaxState
+	v, base, _ := p.base(tat, t)
+	limit := v + MaxAhead
+	if base >= limit || n >= (limit-base)/p.unit {
+		return max(base, limit)
 	}
-	return base + n<<p.shift
+	return base + n*p.unit
 }
 
 // Refund returns cost tokens to the state (the inverse of a booking).
-func (p *Params) Refund(tat, cost int64) int64 { return tat - cost<<p.shift }
+func (p *Params) Refund(tat, cost int64) int64 { return tat - cost*p.unit }
+
+// whole returns x units (x >= 0) in whole tokens, rounded down.
+func (p *Params) whole(x int64) int64 {
+	q, _ := p.byUnit.div(0, uint64(x))
+	return int64(q)
+}
 
 // Rebase moves the state's origin forward to t (t.Elapsed >= 0) and returns
 // the new state and the new origin: applied ns after the old one, with the
@@ -393,20 +504,30 @@ func (p *Params) Rebase(tat int64, t Instant) (nt int64, applied int64, phase ui
 // dropped and fractions below q's unit round down. Debt is kept.
 func (p *Params) Convert(tat int64, at Instant, q *Params) int64 {
 	t := p.Tokens(tat, at) // units of p, <= p.capUnits
-	var u int64            // tokens in units of q
-	if full := q.limit.Capacity; t >= 0 && t>>p.shift >= full {
-		u = q.capUnits
-	} else if q.shift >= p.shift {
-		s := q.shift - p.shift
-		if t < -(MaxState >> s) {
-			t = -(MaxState >> s)
-		}
-		u = t << s
+	if t >= 0 && p.whole(t) >= q.limit.Capacity {
+		return 0 // full under q
+	}
+	// u = t * q.unit / p.unit, rounded down (toward more debt when t < 0).
+	mag := uint64(t)
+	if t < 0 {
+		mag = uint64(-t)
+	}
+	hi, lo := bits.Mul64(mag, uint64(q.unit))
+	var u int64
+	if hi >= uint64(p.unit) {
+		u = MaxAhead // more than any state holds
 	} else {
-		u = t >> (p.shift - q.shift)
+		quo, rem := bits.Div64(hi, lo, uint64(p.unit))
+		if t < 0 && rem != 0 {
+			quo++
+		}
+		u = int64(min(quo, MaxAhead))
+	}
+	if t < 0 {
+		u = -u
 	}
 	if u >= q.capUnits {
 		return 0
 	}
-	return min(q.capUnits-u, MaxState)
+	return min(q.capUnits-u, MaxAhead)
 }

@@ -17,8 +17,17 @@ type model struct {
 	last                   int64 // ns
 }
 
+// exactRate is the rate a limit stands for, in tokens per second: its
+// RatePer fraction when it has one, else the float's own value.
+func exactRate(l bucket.Limit) *big.Rat {
+	if n, per, ok := l.RatePer(); ok {
+		return new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(n), big.NewInt(1e9)), big.NewInt(int64(per)))
+	}
+	return new(big.Rat).SetFloat64(l.Rate)
+}
+
 func newModel(l bucket.Limit, empty bool) *model {
-	m := &model{capacity: new(big.Rat).SetInt64(l.Capacity), rate: new(big.Rat).SetFloat64(l.Rate)}
+	m := &model{capacity: new(big.Rat).SetInt64(l.Capacity), rate: exactRate(l)}
 	m.tokens = new(big.Rat).Set(m.capacity)
 	if empty {
 		m.tokens.SetInt64(0)
@@ -63,8 +72,12 @@ func floorRat(r *big.Rat) int64 {
 func randomLimit(rng *rand.Rand) bucket.Limit {
 	for {
 		r := math.Pow(10, -3+12*rng.Float64())
-		if rng.IntN(4) == 0 { // round rates too: 1, 2, 50, 1e9 ...
+		switch rng.IntN(4) {
+		case 0: // round rates too: 1, 2, 50, 1e9 ...
 			r = math.Round(r)
+		case 1: // N per minute, hour or day, as PerMinute and Envoy write them
+			per := []float64{60, 3600, 86400}[rng.IntN(3)]
+			r = math.Max(1, math.Round(r*per)) / per
 		}
 		c := int64(math.Pow(10, 9*rng.Float64()))
 		l := bucket.Limit{Capacity: max(c, 1), Rate: r}
@@ -194,9 +207,15 @@ func TestAdmittedNeverExceedsBound(t *testing.T) {
 	}{
 		{bucket.Limit{Capacity: 1 << 20, Rate: 1e9}, 700 * time.Nanosecond, 1500},  // bytes at 1 GB/s
 		{bucket.Limit{Capacity: 64 << 10, Rate: 3e8}, 300 * time.Nanosecond, 1000}, // 3.33 ns per byte
-		// A non-round fast rate over 2000 s: the state is rebased about ten
-		// times (MaxElapsed is about 200 s) while never full.
+		// A fast rate that is no simple fraction (binary units, a fractional
+		// virtual clock) over 2000 s: the state is rebased many times
+		// (MaxElapsed is about 120 s) while never full.
+		{bucket.Limit{Capacity: 1 << 20, Rate: math.Nextafter(1e9/7, 0)}, time.Millisecond, 1 << 19},
+		// 1e9/3 per s is exactly a third of a token a nanosecond (whole
+		// units: 3 a token).
 		{bucket.Limit{Capacity: 1 << 20, Rate: 1e9 / 3}, time.Millisecond, 1 << 19},
+		// Whole units and a rebase every ~1.15 s.
+		{bucket.Limit{Capacity: 1 << 20, Rate: 999_999_937}, 3 * time.Microsecond, 1 << 12},
 		{bucket.Limit{Capacity: 7, Rate: 1.0 / 3}, 333 * time.Millisecond, 1},
 		{bucket.Limit{Capacity: 3, Rate: 0.001}, 900 * time.Millisecond, 1},
 		{bucket.PerMinute(100), 500 * time.Millisecond, 1},
@@ -220,7 +239,7 @@ func TestAdmittedNeverExceedsBound(t *testing.T) {
 				admitted += tc.cost
 			}
 		}
-		bound := new(big.Rat).SetFloat64(tc.l.Rate)
+		bound := exactRate(tc.l)
 		bound.Mul(bound, new(big.Rat).SetFrac64(int64(now), 1e9))
 		bound.Add(bound, ratInt(tc.l.Capacity))
 		if ratInt(admitted).Cmp(bound) > 0 {
@@ -237,17 +256,29 @@ func TestAdmittedNeverExceedsBound(t *testing.T) {
 	}
 }
 
-// TestRebaseIsExact drives a fast, non-round rate (whose virtual clock has a
-// fractional phase) for many MaxElapsed periods and compares every decision
-// with the exact model; rebasing must not change one.
+// TestRebaseIsExact drives fast rates for many MaxElapsed periods and
+// compares every decision with the exact model; rebasing must not change
+// one. The cases are a rate in binary units whose virtual clock has a
+// fractional phase, and one in whole units whose MaxElapsed is about 1 s.
 func TestRebaseIsExact(t *testing.T) {
-	l := bucket.Limit{Capacity: 1000, Rate: 1e9 / 7}
+	for _, l := range []bucket.Limit{
+		{Capacity: 1000, Rate: math.Nextafter(1e9/7, 0)},
+		{Capacity: 1000, Rate: 999_999_937},
+	} {
+		testRebaseIsExact(t, l)
+	}
+}
+
+func testRebaseIsExact(t *testing.T, l bucket.Limit) {
 	p, err := bucket.Compile(l)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, exact := p.Ratio(); !exact {
 		t.Fatalf("rate not exact")
+	}
+	if p.MaxElapsed() > 200e9 {
+		t.Fatalf("%v: MaxElapsed %v: the test would not rebase", l, time.Duration(p.MaxElapsed()))
 	}
 	b, err := bucket.New(l, bucket.WithClock(sluice.NewManualClock(epoch0)))
 	if err != nil {

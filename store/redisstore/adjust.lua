@@ -16,12 +16,18 @@ for i = 1, #KEYS do
       local tat, origin, phase = bstate(P, st, now)
       local eneg, e = elapsed(now, origin)
       if sign == '-' then
-        local back = shl(delta, P.k)
+        local back = mul(delta, P.U)
         if cmp(tat, back) <= 0 then tat = ZERO else tat = sub(tat, back) end
       else
+        -- bucket.Params.Charge: the state is capped at MaxAhead ahead of V.
         local base = bbase(P, tat, eneg, e, phase)
-        local room = shr(sub(MAXSTATE, base), P.k)
-        if cmp(delta, room) >= 0 then tat = MAXSTATE else tat = add(base, shl(delta, P.k)) end
+        local limit = add((units(P, eneg, e, phase)), MAXAHEAD)
+        if cmp(base, limit) >= 0 then
+          tat = base
+        else
+          local room = (divmod(sub(limit, base), P.U))
+          if cmp(delta, room) >= 0 then tat = limit else tat = add(base, mul(delta, P.U)) end
+        end
       end
       local _, _, _, _, reset = bstep(P, tat, eneg, e, phase, ZERO)
       if #reset == 0 then redis.call('DEL', key) else save(key, 'b', {tat, origin, phase}, reset, expire) end

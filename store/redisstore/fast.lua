@@ -130,7 +130,7 @@ local function fbucket(F, has, tat, oh, ol, ph, nh, nl, cost)
   if nt >= T53 or cv >= T53 then return nil end
   if full or nt <= cv then
     local rem = 0
-    if nt <= cv then rem = floor((cv - nt) / k2) end
+    if nt <= cv then rem = fdiv(cv - nt, k2) end
     local reset = fwait(qn, rn, den, num, nt, eneg, ea, ph)
     if not reset then return nil end
     if cost == 0 then return true, rem, 0, reset, tat, oh, ol, ph end
@@ -143,7 +143,7 @@ local function fbucket(F, has, tat, oh, ol, ph, nh, nl, cost)
     return true, rem, 0, reset, nt, oh, ol, ph
   end
   local rem = 0
-  if base <= cv then rem = floor((cv - base) / k2) end
+  if base <= cv then rem = fdiv(cv - base, k2) end
   local retry = fwait(qn, rn, den, num, nt - C, eneg, ea, ph)
   if not retry then return nil end
   local reset = fwait(qn, rn, den, num, base, eneg, ea, ph)

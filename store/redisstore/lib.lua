@@ -150,15 +150,5 @@ end
 local ZERO, ONE = {}, {1}
 local MAXINT = {B - 1, B - 1, 32767}   -- 2^63 - 1
 local MAXSTATE = {0, 0, 16384}          -- 2^62
-local POW2 = {} -- 2^k as limbs, made when first needed (not on every call)
-local function pow2(k)
-  local p = POW2[k]
-  if not p then p = num(2 ^ k); POW2[k] = p end
-  return p
-end
+local MAXAHEAD = {0, 0, 8192}           -- 2^61
 
-local function shl(a, k) return mul(a, pow2(k)) end
-local function shr(a, k)
-  local q = divmod(a, pow2(k))
-  return q
-end

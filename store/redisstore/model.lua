@@ -3,7 +3,7 @@
 -- quantities appear only as elapsed times (a stale clock can put "now"
 -- before a state's origin); they are a sign flag and a magnitude.
 
--- P: a token bucket's parameters: k (shift, a number), C (capacity units),
+-- P: a token bucket's parameters: U (units per token), C (capacity units),
 -- num, den (rate in units per ns), M (MaxElapsed).
 
 -- units returns floor and remainder of (e*num + phase) / den, with e
@@ -64,17 +64,17 @@ local function bstep(P, tat, eneg, e, phase, cost)
     base = v
     if #r > 0 then base = add(v, ONE) end
   end
-  local nt = add(base, shl(cost, P.k))
+  local nt = add(base, mul(cost, P.U))
   local cv = add(P.C, v)
   if (full or cmp(nt, cv) <= 0) and cmp(nt, MAXSTATE) <= 0 then
     local rem = ZERO
-    if cmp(nt, cv) <= 0 then rem = shr(sub(cv, nt), P.k) end
+    if cmp(nt, cv) <= 0 then rem = (divmod(sub(cv, nt), P.U)) end
     local reset = wait(P, nt, eneg, e, phase)
     if #cost == 0 then nt = tat end
     return nt, true, rem, ZERO, reset
   end
   local rem = ZERO
-  if cmp(base, cv) <= 0 then rem = shr(sub(cv, base), P.k) end
+  if cmp(base, cv) <= 0 then rem = (divmod(sub(cv, base), P.U)) end
   return tat, false, rem, wait(P, sub(nt, P.C), eneg, e, phase), wait(P, base, eneg, e, phase)
 end
 
@@ -188,5 +188,5 @@ end
 
 -- params reads a token bucket's parameters from ARGV at i.
 local function bparams(i)
-  return {k = tonumber(ARGV[i]), C = hex(ARGV[i + 1]), num = hex(ARGV[i + 2]), den = hex(ARGV[i + 3]), M = hex(ARGV[i + 4])}
+  return {U = hex(ARGV[i]), C = hex(ARGV[i + 1]), num = hex(ARGV[i + 2]), den = hex(ARGV[i + 3]), M = hex(ARGV[i + 4])}
 end

@@ -309,6 +309,23 @@ func parseHex(v rueidis.RedisMessage) (int64, error) {
 	return int64(u), err
 }
 
+// FitsDoublePath reports whether the script may decide a token bucket of
+// spec sp on plain doubles (its parameters are small enough that every
+// intermediate can be an exact integer below 2^53; each decision still
+// checks its own numbers and falls back to exact limbs when a state is out
+// of that range, so both give the same decision). It needs whole units per
+// nanosecond (bucket.Params.Ratio's Den below 2^26; Den is 1 for limits of
+// the form N per second, minute, hour or day) and a capacity below 2^52
+// units; a rate that is no simple fraction usually does not fit. False for
+// other kinds.
+func FitsDoublePath(sp *store.Spec) bool {
+	if sp == nil || sp.Kind != store.TokenBucket {
+		return false
+	}
+	num, den, _ := sp.Bucket.Ratio()
+	return den < 1<<26 && sp.Bucket.CapacityUnits() < 1<<52 && num/den < 1<<52
+}
+
 // paramsOf returns the script's 7 parameter fields for sp (cached: specs
 // are immutable). A token bucket whose numbers fit doubles exactly also
 // gets qn and rn (num = qn*den + rn), which select the script's double
@@ -323,10 +340,10 @@ func (s *Store) paramsOf(sp *store.Spec) []string {
 		b := &sp.Bucket
 		num, den, _ := b.Ratio()
 		qn, rn := "", ""
-		if den < 1<<26 && b.CapacityUnits() < 1<<52 && num/den < 1<<52 {
+		if FitsDoublePath(sp) {
 			qn, rn = strconv.FormatUint(num/den, 10), strconv.FormatUint(num%den, 10)
 		}
-		p = []string{strconv.FormatUint(uint64(b.Shift()), 10), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed()), qn, rn}
+		p = []string{hex64(b.Unit()), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed()), qn, rn}
 	case store.SlidingWindow, store.FixedWindow:
 		p = []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", "", "", ""}
 	default:

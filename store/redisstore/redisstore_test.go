@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"os"
@@ -52,6 +53,21 @@ func mustSpec(t *testing.T, capacity int64, rate float64) *store.Spec {
 		t.Fatal(err)
 	}
 	return sp
+}
+
+// limbRate is a rate that is no simple fraction (the float just below
+// 99.9): its spec takes the script's limb path.
+var limbRate = math.Nextafter(99.9, 0)
+
+// pathSpecs returns a spec on the script's double path and one on its limb
+// path, checking that they are.
+func pathSpecs(t *testing.T) (double, limb *store.Spec) {
+	t.Helper()
+	double, limb = mustSpec(t, 10, 100), mustSpec(t, 10, limbRate)
+	if !redisstore.FitsDoublePath(double) || redisstore.FitsDoublePath(limb) {
+		t.Fatalf("FitsDoublePath: %v for 100/s, %v for %v/s", redisstore.FitsDoublePath(double), redisstore.FitsDoublePath(limb), limbRate)
+	}
+	return double, limb
 }
 
 func windowLimit(n int64, w time.Duration) window.Limit { return window.Limit{Limit: n, Window: w} }
@@ -161,17 +177,26 @@ func TestIdenticalToMemstore(t *testing.T) {
 	ms := memstore.New(memstore.WithClock(clock))
 	var specs []*store.Spec
 	for _, l := range []bucket.Limit{
-		{Capacity: 1_000_000_000, Rate: 1e9},   // 1 GB/s in bytes
-		{Capacity: 1 << 40, Rate: 999_999_937}, // odd rate, huge capacity
-		{Capacity: 7, Rate: 0.7},
+		{Capacity: 1_000_000_000, Rate: 1e9},              // 1 GB/s in bytes
+		{Capacity: 1 << 40, Rate: 999_999_937},            // odd rate, huge capacity (binary units)
+		{Capacity: 7, Rate: math.Nextafter(0.7, 1)},       // no simple fraction (binary units)
+		{Capacity: 100, Rate: math.Nextafter(1.0/7, 0)},   // likewise
+		{Capacity: 1 << 30, Rate: math.Nextafter(1e9, 0)}, // likewise, fast
+		{Capacity: 7, Rate: 0.7},                          // 7 per 10 s (whole units)
 		{Capacity: 100, Rate: 1.0 / 7},
 		{Capacity: 10, Rate: 3},
 		{Capacity: 1, Rate: 1e-3},
-		// These fit the script's double path:
 		{Capacity: 1_000_000, Rate: 1e6},
 		{Capacity: 1000, Rate: 100},
 		{Capacity: 5000, Rate: 250_000},
 		{Capacity: 3, Rate: 5},
+		bucket.PerMinute(100), // Envoy's units and the policy's refill "N/m", "N/h", "N/d"
+		bucket.PerMinute(99_999),
+		bucket.PerHour(1000),
+		{Capacity: 100_000, Rate: 100_000.0 / 86400},
+		{Capacity: 1 << 20, Rate: 1 << 20},
+		{Capacity: 999_999_937, Rate: 999_999_937},
+		bucket.Every(3 * time.Millisecond).WithCapacity(50),
 	} {
 		sp, err := store.NewBucketSpec(l)
 		if err != nil {
@@ -291,7 +316,8 @@ func TestStaleTimeCountsAsTheLastWrite(t *testing.T) {
 	clock := sluice.NewManualClock(storetest.Epoch)
 	rs := open(t, redisstore.WithScriptClock(clock))
 	ctx := context.Background()
-	for _, sp := range []*store.Spec{mustSpec(t, 10, 100), mustSpec(t, 10, 99.9)} { // double path, limb path
+	double, limb := pathSpecs(t)
+	for _, sp := range []*store.Spec{double, limb} {
 		key := fmt.Sprint(sp.Bucket.Limit())
 		take := func(cost int64) sluice.Decision {
 			items := []store.Item{{Key: key, Spec: sp, Cost: cost}}
@@ -358,6 +384,7 @@ func TestLongElapsedOnTheDoublePath(t *testing.T) {
 func TestKeysExpireWhenNewAgain(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
+	double, limb := pathSpecs(t)
 	pttl := func(key string) int64 {
 		v, err := s.Client().Do(ctx, s.Client().B().Pttl().Key(key).Build()).AsInt64()
 		if err != nil {
@@ -370,8 +397,8 @@ func TestKeysExpireWhenNewAgain(t *testing.T) {
 		sp    *store.Spec
 		slack int64 // ms the key may outlive its state
 	}{
-		{"double-path bucket", mustSpec(t, 10, 100), 1000},
-		{"limb-path bucket", mustSpec(t, 10, 99.9), 0},
+		{"double-path bucket", double, 1000},
+		{"limb-path bucket", limb, 0},
 		{"sliding window", &store.Spec{Kind: store.SlidingWindow, Window: windowLimit(10, 200*time.Millisecond)}, 0},
 	} {
 		key := tc.name
@@ -412,7 +439,8 @@ func FuzzIdenticalToMemstore(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 200, 255, 17, 3})
 	f.Add([]byte{5, 5, 5, 5, 250, 250, 1, 1, 1, 1, 128, 64, 32})
 	limits := []bucket.Limit{{Capacity: 10, Rate: 100}, {Capacity: 3, Rate: 5}, {Capacity: 7, Rate: 0.7},
-		{Capacity: 1_000_000, Rate: 1e6}, {Capacity: 1 << 40, Rate: 999_999_937}}
+		{Capacity: 1_000_000, Rate: 1e6}, {Capacity: 1 << 40, Rate: 999_999_937},
+		{Capacity: 7, Rate: math.Nextafter(0.7, 1)}, bucket.PerMinute(100), bucket.PerHour(1000)}
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 600 {
 			ops = ops[:600]

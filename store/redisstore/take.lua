@@ -26,7 +26,8 @@ for i = 1, tonumber(ARGV[3]) do
     local uh, ul = split16(ARGV[a + 3], 1)
     local dh, dl = split16(ARGV[a + 4], 1)
     local mh, ml = split16(ARGV[a + 5], 1)
-    sp.F = {k2 = 2 ^ tonumber(ARGV[a + 1]), qn = tonumber(ARGV[a + 6]), rn = tonumber(ARGV[a + 7]),
+    local kh, kl = split16(ARGV[a + 1], 1)
+    sp.F = {k2 = kh * T32 + kl, qn = tonumber(ARGV[a + 6]), rn = tonumber(ARGV[a + 7]),
       C = ch * T32 + cl, num = uh * T32 + ul, den = dh * T32 + dl, M = mh * T32 + ml}
   end
   specs[i] = sp
