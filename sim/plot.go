@@ -66,64 +66,11 @@ func Plot(path string, runs []Named) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("plot: nothing to draw")
 	}
-	rate := plot.New()
-	rate.Title.Text = "requests per second (100 ms bins)"
-	rate.X.Label.Text = "time (s)"
-	rate.Y.Label.Text = "requests/s"
-	offered, _ := Rates(runs[0].Report)
-	lo, err := plotter.NewLine(offered)
+	fig, err := build(runs)
 	if err != nil {
 		return err
 	}
-	lo.Color = color.Gray{Y: 150}
-	lo.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
-	rate.Add(lo)
-	peakOffered, peakAdmitted := 0.0, 0.0
-	for _, p := range offered {
-		peakOffered = max(peakOffered, p.Y)
-	}
-	for _, run := range runs {
-		_, admitted := Rates(run.Report)
-		for _, p := range admitted {
-			peakAdmitted = max(peakAdmitted, p.Y)
-		}
-	}
-	label := "offered"
-	if top := 2 * peakAdmitted; peakAdmitted > 0 && peakOffered > top {
-		// A pulse would flatten everything else: clip the axis, say so.
-		rate.Y.Max = top
-		label = fmt.Sprintf("offered (peak %.0f/s, clipped)", peakOffered)
-	}
-	rate.Legend.Add(label, lo)
-	for i, run := range runs {
-		_, admitted := Rates(run.Report)
-		l, err := plotter.NewLine(admitted)
-		if err != nil {
-			return err
-		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.2)
-		rate.Add(l)
-		rate.Legend.Add("admitted: "+run.Name, l)
-	}
-	rate.Legend.Top = true
-
-	tokens := plot.New()
-	tokens.Title.Text = "tokens remaining (" + runs[0].Name + ", busiest key of each limit)"
-	tokens.X.Label.Text = "time (s)"
-	tokens.Y.Label.Text = "tokens"
-	for i, s := range busiest(runs[0].Report.Samples) {
-		l, err := plotter.NewLine(s.xy)
-		if err != nil {
-			return err
-		}
-		l.Color = plotutil.Color(i)
-		tokens.Add(l)
-		tokens.Legend.Add(s.name, l)
-	}
-	tokens.Legend.Top = true
-
-	const w, h = 9 * vg.Inch, 7 * vg.Inch
+	w, h := fig.size()
 	var c vg.CanvasSizer
 	var wt io.WriterTo
 	if ext == ".png" {
@@ -133,11 +80,7 @@ func Plot(path string, runs []Named) error {
 		svg := vgsvg.New(w, h)
 		c, wt = svg, svg
 	}
-	dc := draw.New(c)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12), PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12)}
-	cs := plot.Align([][]*plot.Plot{{rate}, {tokens}}, tiles, dc)
-	rate.Draw(cs[0][0])
-	tokens.Draw(cs[1][0])
+	fig.draw(draw.New(c))
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".plot-*"+ext)
 	if err != nil {
 		return err
@@ -154,6 +97,126 @@ func Plot(path string, runs []Named) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// figure is what Plot draws: a grid of panels, row-major.
+type figure struct {
+	panels [][]*panel
+}
+
+// panel is one plot of the figure and what it shows.
+type panel struct {
+	p      *plot.Plot
+	tokens bool            // a tokens-remaining panel (else requests per second)
+	lines  []*plotter.Line // every line drawn, in order
+	legend []legendItem
+}
+
+type legendItem struct {
+	text  string
+	thumb plot.Thumbnailer
+}
+
+// placement is where a panel's data and its legend were drawn.
+type placement struct {
+	data, legend vg.Rectangle
+}
+
+func (p *panel) add(l *plotter.Line, label string) {
+	p.p.Add(l)
+	p.lines = append(p.lines, l)
+	p.legend = append(p.legend, legendItem{label, l})
+	p.p.Legend.Add(label, l)
+}
+
+func build(runs []Named) (*figure, error) {
+	rate := &panel{p: plot.New()}
+	rate.p.Title.Text = "requests per second (100 ms bins)"
+	rate.p.X.Label.Text = "time (s)"
+	rate.p.Y.Label.Text = "requests/s"
+	offered, _ := Rates(runs[0].Report)
+	lo, err := plotter.NewLine(offered)
+	if err != nil {
+		return nil, err
+	}
+	lo.Color = color.Gray{Y: 150}
+	lo.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
+	peakOffered, peakAdmitted := 0.0, 0.0
+	for _, p := range offered {
+		peakOffered = max(peakOffered, p.Y)
+	}
+	for _, run := range runs {
+		_, admitted := Rates(run.Report)
+		for _, p := range admitted {
+			peakAdmitted = max(peakAdmitted, p.Y)
+		}
+	}
+	label := "offered"
+	if top := 2 * peakAdmitted; peakAdmitted > 0 && peakOffered > top {
+		label = fmt.Sprintf("offered (peak %.0f/s, clipped)", peakOffered)
+	}
+	rate.add(lo, label)
+	if top := 2 * peakAdmitted; peakAdmitted > 0 && peakOffered > top {
+		// A pulse would flatten everything else: clip the axis, say so.
+		rate.p.Y.Max = top
+	}
+	for i, run := range runs {
+		_, admitted := Rates(run.Report)
+		l, err := plotter.NewLine(admitted)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.2)
+		rate.add(l, "admitted: "+run.Name)
+	}
+	rate.p.Legend.Top = true
+
+	tokens := &panel{p: plot.New(), tokens: true}
+	tokens.p.Title.Text = "tokens remaining (" + runs[0].Name + ", busiest key of each limit)"
+	tokens.p.X.Label.Text = "time (s)"
+	tokens.p.Y.Label.Text = "tokens"
+	for i, s := range busiest(runs[0].Report.Samples) {
+		l, err := plotter.NewLine(s.xy)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = plotutil.Color(i)
+		tokens.add(l, s.name)
+	}
+	tokens.p.Legend.Top = true
+	return &figure{panels: [][]*panel{{rate}, {tokens}}}, nil
+}
+
+func (f *figure) size() (w, h vg.Length) { return 9 * vg.Inch, 7 * vg.Inch }
+
+// draw draws f on dc and reports where each panel's data and legend went.
+func (f *figure) draw(dc draw.Canvas) [][]placement {
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12), PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12)}
+	plots := make([][]*plot.Plot, len(f.panels))
+	for j, row := range f.panels {
+		for _, p := range row {
+			plots[j] = append(plots[j], p.p)
+		}
+	}
+	cs := plot.Align(plots, tiles, dc)
+	out := make([][]placement, len(f.panels))
+	for j, row := range f.panels {
+		for i, p := range row {
+			p.p.Draw(cs[j][i])
+			data := p.p.DataCanvas(cs[j][i]).Rectangle
+			// The legend sits in the top right corner of the data area.
+			lw, lh := vg.Length(0), vg.Length(0)
+			for _, e := range p.legend {
+				r := p.p.Legend.TextStyle.Rectangle(" " + e.text)
+				lw = max(lw, p.p.Legend.ThumbnailWidth+r.Max.X)
+				lh += r.Max.Y
+			}
+			leg := vg.Rectangle{Min: vg.Point{X: data.Max.X - lw, Y: data.Max.Y - lh}, Max: data.Max}
+			out[j] = append(out[j], placement{data: data, legend: leg})
+		}
+	}
+	return out
 }
 
 type series struct {
