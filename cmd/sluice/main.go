@@ -7,13 +7,18 @@
 //	sluice bench --target U    load a running service on loopback; decisions/s and latency
 //	sluice version
 //
-// Every flag can also be set by an environment variable (SLUICE_<FLAG>).
+// Every flag can also be set by an environment variable: serve's as
+// SLUICE_<FLAG> (SLUICE_CONFIG, SLUICE_HTTP, ...), every other command's as
+// SLUICE_<COMMAND>_<FLAG> (SLUICE_BENCH_GRPC, SLUICE_SIMULATE_MAX_WAIT,
+// SLUICE_CHECK_CONFIG, ...), so that one command's variables never reach
+// another. --help shows each flag's variable.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/alecthomas/kong"
 )
@@ -21,12 +26,14 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// cli is the command line. Each command's envprefix names its flags'
+// environment variables (see envars); a command without one has none.
 type cli struct {
 	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
-	Serve    serveCmd    `cmd:"" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
-	Check    checkCmd    `cmd:"" help:"Validate a policy file; exit 1 with the errors."`
-	Simulate simulateCmd `cmd:"" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
-	Bench    benchCmd    `cmd:"" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
+	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
+	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file; exit 1 with the errors."`
+	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
+	Bench    benchCmd    `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
 	Version  versionCmd  `cmd:"" help:"Print the version."`
 }
 
@@ -40,16 +47,46 @@ func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
 // exitCode carries kong's exit requests (after --help, or a usage error).
 type exitCode int
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	var c cli
-	parser, err := kong.New(&c,
+// newParser builds the parser of c, writing help and usage to stdout and
+// stderr; an exit kong asks for panics with an exitCode.
+func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
+	return kong.New(c,
 		kong.Name("sluice"),
 		kong.Description("sluice: exact, fast rate limiting."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(n int) { panic(exitCode(n)) }),
-		kong.DefaultEnvars("SLUICE"),
+		envars(),
 		kong.UsageOnError(),
 	)
+}
+
+// envars gives every flag without an env tag the environment variable
+// <envprefix><FLAG> (--max-wait under envprefix SLUICE_BENCH_ reads
+// SLUICE_BENCH_MAX_WAIT); env:"-" gives a flag none. A flag outside any
+// envprefix (--help, --version) has none. It runs before kong interpolates
+// help, so --help shows the names.
+func envars() kong.Option {
+	return kong.PostBuild(func(k *kong.Kong) error {
+		return kong.Visit(k.Model, func(n kong.Visitable, next kong.Next) error {
+			f, ok := n.(*kong.Flag)
+			if !ok {
+				return next(nil)
+			}
+			switch {
+			case f.Tag.Get("env") == "-":
+				f.Envs, f.Value.Tag.Envs = nil, nil
+			case len(f.Envs) == 0 && f.Tag.EnvPrefix != "":
+				name := f.Tag.EnvPrefix + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(f.Name))
+				f.Envs, f.Value.Tag.Envs = []string{name}, []string{name}
+			}
+			return next(nil)
+		})
+	})
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	var c cli
+	parser, err := newParser(&c, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice:", err)
 		return 2

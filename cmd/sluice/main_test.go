@@ -51,7 +51,7 @@ func TestCheck(t *testing.T) {
 	if code, _, errOut := runCmd(t, "", "check", "--config", bad); code != 1 || !strings.Contains(errOut, `line 4, column 15: limit "a": field "capacity"`) {
 		t.Fatalf("%d %q", code, errOut)
 	}
-	t.Setenv("SLUICE_CONFIG", "../../examples/sluice.yaml")
+	t.Setenv("SLUICE_CHECK_CONFIG", "../../examples/sluice.yaml")
 	if code, _, errOut := runCmd(t, "", "check"); code != 0 {
 		t.Fatalf("from the environment: %d %q", code, errOut)
 	}
