@@ -5,7 +5,7 @@
 //	sluice check --config F    validate a policy file; non-zero exit with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
 //	sluice bench --target U    load a running service on loopback; decisions/s and latency
-//	sluice version
+//	sluice version             the module version and VCS revision (also sluice --version)
 //
 // Every flag can also be set by an environment variable: serve's as
 // SLUICE_<FLAG> (SLUICE_CONFIG, SLUICE_HTTP, ...), every other command's as
@@ -18,23 +18,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/alecthomas/kong"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version, when set at build time with -ldflags "-X main.version=v1.2.3",
+// is printed instead of the module version of the build info.
+var version string
 
 // cli is the command line. Each command's envprefix names its flags'
 // environment variables (see envars); a command without one has none.
 type cli struct {
+	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
+
 	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
 	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
 	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file; exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
 	Bench    benchCmd    `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
-	Version  versionCmd  `cmd:"" help:"Print the version."`
+	Version  versionCmd  `cmd:"" help:"Print the module version and VCS revision."`
 }
 
 type env struct {
@@ -55,6 +59,7 @@ func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
 		kong.Description("sluice: exact, fast rate limiting."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(n int) { panic(exitCode(n)) }),
+		kong.Vars{"version": "sluice " + versionString()},
 		envars(),
 		kong.UsageOnError(),
 	)
@@ -115,6 +120,54 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 type versionCmd struct{}
 
 func (versionCmd) Run(e *env) error {
-	fmt.Fprintln(e.stdout, "sluice", version)
+	fmt.Fprintln(e.stdout, "sluice", versionString())
 	return nil
+}
+
+// versionString is this binary's version, e.g.
+// "v0.0.0-20261201080000-abcdef123456 (revision abcdef123456, 2026-12-01T08:00:00Z, modified)":
+// main.version if set at build time, else the main module's version from the
+// build info ("(devel)" when it has none), then the VCS revision, its time
+// and "modified" (uncommitted changes) when the build recorded them.
+func versionString() string {
+	bi, _ := debug.ReadBuildInfo()
+	return formatVersion(version, bi)
+}
+
+// formatVersion is versionString of an -X main.version value and build info
+// (nil: none).
+func formatVersion(override string, bi *debug.BuildInfo) string {
+	v := override
+	if v == "" && bi != nil {
+		v = bi.Main.Version
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	if bi == nil {
+		return v
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	details := []string{"revision " + rev[:min(len(rev), 12)]}
+	if at != "" {
+		details = append(details, at)
+	}
+	if modified {
+		details = append(details, "modified")
+	}
+	return v + " (" + strings.Join(details, ", ") + ")"
 }
