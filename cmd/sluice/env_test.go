@@ -78,6 +78,11 @@ func TestEnvPerCommandVars(t *testing.T) {
 	if code, out, errOut := runCmd(t, "", "check"); code != 0 || !strings.Contains(out, "5 limits") {
 		t.Fatalf("SLUICE_CHECK_CONFIG: %d %q %q", code, out, errOut)
 	}
+	unsetenv(t, "SLUICE_CHECK_CONFIG")
+	t.Setenv("SLUICE_CHECK_ENVOY_CONFIG", "../../envoyrls/testdata/config")
+	if code, out, errOut := runCmd(t, "", "check"); code != 0 || !strings.Contains(out, "2 domains") {
+		t.Fatalf("SLUICE_CHECK_ENVOY_CONFIG: %d %q %q", code, out, errOut)
+	}
 }
 
 // serve keeps SLUICE_<FLAG>, and ignores the other commands' variables.
@@ -104,7 +109,7 @@ func TestEnvNamesInHelp(t *testing.T) {
 		"serve":    {"($SLUICE_CONFIG)", "($SLUICE_HTTP)", "($SLUICE_GRPC)", "($SLUICE_MAX_WAIT)", "($SLUICE_STORE)"},
 		"bench":    {"($SLUICE_BENCH_TARGET)", "($SLUICE_BENCH_GRPC)", "($SLUICE_BENCH_DURATION)"},
 		"simulate": {"($SLUICE_SIMULATE_CONFIG)", "($SLUICE_SIMULATE_MAX_WAIT)", "($SLUICE_SIMULATE_DURATION)"},
-		"check":    {"($SLUICE_CHECK_CONFIG)"},
+		"check":    {"($SLUICE_CHECK_CONFIG)", "($SLUICE_CHECK_ENVOY_CONFIG)"},
 	} {
 		code, out, errOut := runCmd(t, "", cmd, "--help")
 		if code != 0 {

@@ -2,7 +2,7 @@
 //
 //	sluice                     replay SPEC's worked vectors (demo)
 //	sluice serve --config F    run the service (HTTP/JSON API, in memory)
-//	sluice check --config F    validate a policy file; non-zero exit with the errors
+//	sluice check F             validate a policy file (or --config F, or --envoy-config DIR); exit 1 with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
 //	sluice bench --target U    load a running service on loopback; decisions/s and latency
 //	sluice version             the module version and VCS revision (also sluice --version)
@@ -35,7 +35,7 @@ type cli struct {
 
 	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
 	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
-	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file; exit 1 with the errors."`
+	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file (or a directory of Envoy ratelimit config); exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
 	Bench    benchCmd    `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
 	Version  versionCmd  `cmd:"" help:"Print the module version and VCS revision."`
