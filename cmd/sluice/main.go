@@ -2,32 +2,43 @@
 //
 //	sluice                     replay SPEC's worked vectors (demo)
 //	sluice serve --config F    run the service (HTTP/JSON API, in memory)
-//	sluice check --config F    validate a policy file; non-zero exit with the errors
+//	sluice check F             validate a policy file (or --config F, or --envoy-config DIR); exit 1 with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
 //	sluice bench --target U    load a running service on loopback; decisions/s and latency
-//	sluice version
+//	sluice version             the module version and VCS revision (also sluice --version)
 //
-// Every flag can also be set by an environment variable (SLUICE_<FLAG>).
+// Every flag can also be set by an environment variable: serve's as
+// SLUICE_<FLAG> (SLUICE_CONFIG, SLUICE_HTTP, ...), every other command's as
+// SLUICE_<COMMAND>_<FLAG> (SLUICE_BENCH_GRPC, SLUICE_SIMULATE_MAX_WAIT,
+// SLUICE_CHECK_CONFIG, ...), so that one command's variables never reach
+// another. --help shows each flag's variable.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"strings"
 
 	"github.com/alecthomas/kong"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version, when set at build time with -ldflags "-X main.version=v1.2.3",
+// is printed instead of the module version of the build info.
+var version string
 
+// cli is the command line. Each command's envprefix names its flags'
+// environment variables (see envars); a command without one has none.
 type cli struct {
+	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
+
 	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
-	Serve    serveCmd    `cmd:"" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
-	Check    checkCmd    `cmd:"" help:"Validate a policy file; exit 1 with the errors."`
-	Simulate simulateCmd `cmd:"" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
-	Bench    benchCmd    `cmd:"" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
-	Version  versionCmd  `cmd:"" help:"Print the version."`
+	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
+	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file (or a directory of Envoy ratelimit config); exit 1 with the errors."`
+	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
+	Bench    benchCmd    `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
+	Version  versionCmd  `cmd:"" help:"Print the module version and VCS revision."`
 }
 
 type env struct {
@@ -40,16 +51,47 @@ func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
 // exitCode carries kong's exit requests (after --help, or a usage error).
 type exitCode int
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	var c cli
-	parser, err := kong.New(&c,
+// newParser builds the parser of c, writing help and usage to stdout and
+// stderr; an exit kong asks for panics with an exitCode.
+func newParser(c *cli, stdout, stderr io.Writer) (*kong.Kong, error) {
+	return kong.New(c,
 		kong.Name("sluice"),
 		kong.Description("sluice: exact, fast rate limiting."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(n int) { panic(exitCode(n)) }),
-		kong.DefaultEnvars("SLUICE"),
+		kong.Vars{"version": "sluice " + versionString()},
+		envars(),
 		kong.UsageOnError(),
 	)
+}
+
+// envars gives every flag without an env tag the environment variable
+// <envprefix><FLAG> (--max-wait under envprefix SLUICE_BENCH_ reads
+// SLUICE_BENCH_MAX_WAIT); env:"-" gives a flag none. A flag outside any
+// envprefix (--help, --version) has none. It runs before kong interpolates
+// help, so --help shows the names.
+func envars() kong.Option {
+	return kong.PostBuild(func(k *kong.Kong) error {
+		return kong.Visit(k.Model, func(n kong.Visitable, next kong.Next) error {
+			f, ok := n.(*kong.Flag)
+			if !ok {
+				return next(nil)
+			}
+			switch {
+			case f.Tag.Get("env") == "-":
+				f.Envs, f.Value.Tag.Envs = nil, nil
+			case len(f.Envs) == 0 && f.Tag.EnvPrefix != "":
+				name := f.Tag.EnvPrefix + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(f.Name))
+				f.Envs, f.Value.Tag.Envs = []string{name}, []string{name}
+			}
+			return next(nil)
+		})
+	})
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	var c cli
+	parser, err := newParser(&c, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice:", err)
 		return 2
@@ -78,6 +120,54 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 type versionCmd struct{}
 
 func (versionCmd) Run(e *env) error {
-	fmt.Fprintln(e.stdout, "sluice", version)
+	fmt.Fprintln(e.stdout, "sluice", versionString())
 	return nil
+}
+
+// versionString is this binary's version, e.g.
+// "v0.0.0-20261201080000-abcdef123456 (revision abcdef123456, 2026-12-01T08:00:00Z, modified)":
+// main.version if set at build time, else the main module's version from the
+// build info ("(devel)" when it has none), then the VCS revision, its time
+// and "modified" (uncommitted changes) when the build recorded them.
+func versionString() string {
+	bi, _ := debug.ReadBuildInfo()
+	return formatVersion(version, bi)
+}
+
+// formatVersion is versionString of an -X main.version value and build info
+// (nil: none).
+func formatVersion(override string, bi *debug.BuildInfo) string {
+	v := override
+	if v == "" && bi != nil {
+		v = bi.Main.Version
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	if bi == nil {
+		return v
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	details := []string{"revision " + rev[:min(len(rev), 12)]}
+	if at != "" {
+		details = append(details, at)
+	}
+	if modified {
+		details = append(details, "modified")
+	}
+	return v + " (" + strings.Join(details, ", ") + ")"
 }

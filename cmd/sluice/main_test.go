@@ -37,7 +37,7 @@ func TestUnknownCommandAndVersion(t *testing.T) {
 	if code, _, errOut := runCmd(t, "", "nope"); code != 2 || !strings.Contains(errOut, "unexpected argument nope") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	if code, out, _ := runCmd(t, "", "version"); code != 0 || !strings.Contains(out, "sluice dev") {
+	if code, out, _ := runCmd(t, "", "version"); code != 0 || out != "sluice "+versionString()+"\n" {
 		t.Fatalf("version: %d %q", code, out)
 	}
 }
@@ -51,7 +51,7 @@ func TestCheck(t *testing.T) {
 	if code, _, errOut := runCmd(t, "", "check", "--config", bad); code != 1 || !strings.Contains(errOut, `line 4, column 15: limit "a": field "capacity"`) {
 		t.Fatalf("%d %q", code, errOut)
 	}
-	t.Setenv("SLUICE_CONFIG", "../../examples/sluice.yaml")
+	t.Setenv("SLUICE_CHECK_CONFIG", "../../examples/sluice.yaml")
 	if code, _, errOut := runCmd(t, "", "check"); code != 0 {
 		t.Fatalf("from the environment: %d %q", code, errOut)
 	}

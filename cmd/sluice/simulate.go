@@ -14,19 +14,6 @@ import (
 	"github.com/sluicehq/sluice/sim"
 )
 
-type checkCmd struct {
-	Config string `required:"" help:"Policy file to validate." type:"path"`
-}
-
-func (c checkCmd) Run(e *env) error {
-	p, err := policy.Load(c.Config)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "%s: %d limits, %d cost rules, version %s: OK\n", c.Config, len(p.Limits), len(p.Costs), p.Version)
-	return nil
-}
-
 type simulateCmd struct {
 	Config  string `help:"Policy file." type:"path"`
 	Trace   string `help:"Trace file, JSON lines ({\"t\": 0.25, \"descriptors\": {...}, \"cost\": 1, \"max_wait_ms\": 0}); - reads stdin."`
