@@ -1,7 +1,7 @@
 // Package gate admits outgoing calls to tools and APIs the caller does not
 // own (an agent calling tools, a service calling an LLM provider or a
-// partner API) so that they stay inside the other side's limits (SPEC
-// section 3).
+// partner API) so that they stay inside the other side's limits
+// (docs/behaviour.md section 3).
 //
 // A Gate combines an exact token bucket (the rate and burst), an in-flight
 // cap (calls admitted but not finished), a capped FIFO queue of callers
@@ -44,7 +44,8 @@ type Retry struct {
 // Config configures a Gate. Every zero value has the meaning documented on
 // its field; invalid values make New return an error naming the field.
 type Config struct {
-	// Name labels the gate in logs and events (the SPEC field "limiter").
+	// Name labels the gate in logs and events (the field "limiter" of
+	// docs/behaviour.md section 6).
 	// Empty means "gate".
 	Name string
 	// Limit is the token bucket: Capacity is the burst, Rate the tokens per
@@ -71,7 +72,7 @@ type Config struct {
 	// Waiting always uses real timers (virtual inside a synctest bubble).
 	Clock sluice.Clock
 	// Logger receives a record for each refusal and each pause, with the
-	// SPEC's field names, at most about 10 records a second (the rest are
+	// field names of docs/behaviour.md section 6, at most about 10 records a second (the rest are
 	// counted in the next record's "suppressed" field). Nil logs nothing.
 	Logger *slog.Logger
 	// Observe, if set, is called for every admission decision (admitted or

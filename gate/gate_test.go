@@ -53,9 +53,9 @@ func pulse(t *testing.T, g *gate.Gate, n int) (admitted []time.Duration, refused
 	return admitted, refused
 }
 
-// The asyncio article's experiment: 1000 simultaneous calls through r=50/s,
-// B=20, with room to wait: none dropped, the last at 19.6 s, about 50 a
-// second.
+// The pulse of docs/behaviour.md section 3: 1000 simultaneous calls through
+// r=50/s, B=20, with room to wait: none dropped, the last at 19.6 s, about
+// 50 a second.
 func TestPulseWithRoomToWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGate(t, gate.Config{Limit: bucket.Limit{Capacity: 20, Rate: 50}, MaxQueue: 1000})

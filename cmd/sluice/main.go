@@ -1,6 +1,6 @@
 // Command sluice is the sluice rate limiter's command-line program.
 //
-//	sluice                     replay SPEC's worked vectors (demo)
+//	sluice                     replay worked vectors of docs/behaviour.md (demo)
 //	sluice serve --config F    run the service (HTTP/JSON API, in memory)
 //	sluice check --config F    validate a policy file; non-zero exit with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
@@ -22,7 +22,7 @@ import (
 var version = "dev"
 
 type cli struct {
-	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
+	Demo     demoCmd     `cmd:"" default:"1" help:"Replay worked vectors of docs/behaviour.md sections 1 and 2 on a manual clock (the default)."`
 	Serve    serveCmd    `cmd:"" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
 	Check    checkCmd    `cmd:"" help:"Validate a policy file; exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
