@@ -57,8 +57,9 @@ type Config struct {
 	// is released.
 	MaxInFlight int
 	// MaxQueue is how many callers may wait for admission at once; beyond
-	// it a caller is refused at once with sluice.ErrQueueFull. 0 means
-	// nobody waits: a call that cannot be admitted at once is refused.
+	// it a caller is refused at once with sluice.ErrQueueFull. 0 (the zero
+	// value) means the gate never waits: every call that cannot be admitted
+	// at once is refused with sluice.ErrQueueFull, whatever MaxWait says.
 	MaxQueue int
 	// MaxWait is the longest a caller waits for admission (tokens, a
 	// server's pause, and a free slot); a caller whose admission would come
@@ -375,7 +376,9 @@ func (g *Gate) countAdmitted(attempt int) {
 // fn, releases the slot when fn returns or panics (re-panicking after
 // release), and returns fn's error.
 //
-//   - no waiting room: refused at once with sluice.ErrQueueFull;
+//   - no waiting room (MaxQueue callers already wait; with MaxQueue 0,
+//     any call that cannot pass at once): refused at once with
+//     sluice.ErrQueueFull;
 //   - admission later than MaxWait or ctx's deadline: refused at once with
 //     sluice.ErrWaitTooLong, consuming nothing;
 //   - waiters are admitted in arrival order, large costs included;
@@ -547,7 +550,12 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 	}
 	if len(g.queue) >= g.cfg.MaxQueue {
 		g.mu.Unlock()
-		err := sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
+		var err error
+		if g.cfg.MaxQueue == 0 {
+			err = sluice.Errorf(sluice.ErrQueueFull, "%q: cannot wait: MaxQueue is 0, so no caller may wait (set Config.MaxQueue to let callers queue)", g.name)
+		} else {
+			err = sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
+		}
 		g.reject(err, "queue_full", cost, attempt, 0)
 		return nil, err
 	}

@@ -453,6 +453,40 @@ func TestReserveSettle(t *testing.T) {
 	})
 }
 
+// A gate without MaxQueue never waits, and its refusal says what to set;
+// a full queue's refusal gives its figures.
+func TestQueueFullMessages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate(t, gate.Config{Name: "x", Limit: bucket.Limit{Capacity: 1, Rate: 1}, MaxWait: time.Minute})
+		if err := g.Do(context.Background(), 1, noop); err != nil {
+			t.Fatalf("first call: %v", err)
+		}
+		start := time.Now()
+		err := g.Do(context.Background(), 1, noop)
+		const zero = `sluice: "x": cannot wait: MaxQueue is 0, so no caller may wait (set Config.MaxQueue to let callers queue)`
+		if !errors.Is(err, sluice.ErrQueueFull) || err.Error() != zero || time.Since(start) != 0 {
+			t.Fatalf("MaxQueue 0: %v after %v, want at once %q", err, time.Since(start), zero)
+		}
+
+		g = newGate(t, gate.Config{Name: "x", Limit: bucket.Limit{Capacity: 1, Rate: 1}, StartEmpty: true, MaxQueue: 2})
+		done := make(chan error, 2)
+		for range 2 {
+			go func() { done <- g.Do(context.Background(), 1, noop) }()
+		}
+		synctest.Wait()
+		err = g.Do(context.Background(), 1, noop)
+		const full = `sluice: "x": 2 callers already wait (MaxQueue 2)`
+		if !errors.Is(err, sluice.ErrQueueFull) || err.Error() != full {
+			t.Fatalf("full queue: %v, want %q", err, full)
+		}
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatalf("waiter: %v", err)
+			}
+		}
+	})
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	for field, cfg := range map[string]gate.Config{
 		"Limit":              {},
