@@ -1,4 +1,4 @@
-// Package bucket is an exact, lock-free token bucket (SPEC section 1).
+// Package bucket is an exact, lock-free token bucket (docs/behaviour.md section 1).
 //
 // A Bucket holds at most Capacity tokens and gains Rate tokens per second.
 // Allow takes tokens now or not at all; Reserve books future tokens (the

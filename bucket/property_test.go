@@ -11,7 +11,8 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 )
 
-// model is the exact reference token bucket of SPEC section 1, in rationals.
+// model is the exact reference token bucket of docs/behaviour.md section 1,
+// in rationals.
 type model struct {
 	capacity, rate, tokens *big.Rat
 	last                   int64 // ns
@@ -192,7 +193,8 @@ func TestPropertyAgainstExactModel(t *testing.T) {
 }
 
 // TestAdmittedNeverExceedsBound runs millions of decisions at several rates,
-// including 1e9/s with costs in bytes, and checks SPEC's bound: from a full
+// including 1e9/s with costs in bytes, and checks the bound of
+// docs/behaviour.md section 1.4: from a full
 // bucket, admitted cost over [0, t] is at most B + r*t, and (the load being
 // heavier than the rate) at least B + r*t - 1e-6*B - one token.
 func TestAdmittedNeverExceedsBound(t *testing.T) {

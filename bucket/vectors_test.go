@@ -31,7 +31,7 @@ func allow(t *testing.T, b *bucket.Bucket, cost int64) sluice.Decision {
 	return d
 }
 
-// SPEC 1, vector 1.
+// docs/behaviour.md section 1, vector 1.
 func TestVector1(t *testing.T) {
 	b, c := newAt(t, bucket.Limit{Capacity: 3, Rate: 2})
 	for i := range 3 {
@@ -56,7 +56,7 @@ func TestVector1(t *testing.T) {
 	}
 }
 
-// SPEC 1, vector 2.
+// docs/behaviour.md section 1, vector 2.
 func TestVector2(t *testing.T) {
 	b, c := newAt(t, bucket.Limit{Capacity: 3, Rate: 1})
 	want := []bool{true, true, true, false}
@@ -74,7 +74,7 @@ func TestVector2(t *testing.T) {
 	}
 }
 
-// SPEC 1, vector 3.
+// docs/behaviour.md section 1, vector 3.
 func TestVector3(t *testing.T) {
 	b, _ := newAt(t, bucket.Limit{Capacity: 5, Rate: 2})
 	var allowed, denied int
@@ -90,7 +90,7 @@ func TestVector3(t *testing.T) {
 	}
 }
 
-// SPEC 1, vector 4: idle time beyond full earns nothing.
+// docs/behaviour.md section 1, vector 4: idle time beyond full earns nothing.
 func TestVector4(t *testing.T) {
 	b, c := newAt(t, bucket.Limit{Capacity: 100, Rate: 20})
 	c.Advance(10 * time.Hour)
@@ -118,7 +118,7 @@ func TestVector4(t *testing.T) {
 	}
 }
 
-// SPEC 1, vector 5: offered 25/s sustained, admission settles at 10/s.
+// docs/behaviour.md section 1, vector 5: offered 25/s sustained, admission settles at 10/s.
 func TestVector5(t *testing.T) {
 	b, c := newAt(t, bucket.Limit{Capacity: 60, Rate: 10})
 	perSecond := make([]int, 30)
@@ -144,7 +144,7 @@ func TestVector5(t *testing.T) {
 	}
 }
 
-// SPEC 1, vector 6: a weighted request is refused and told the wait.
+// docs/behaviour.md section 1, vector 6: a weighted request is refused and told the wait.
 func TestVector6(t *testing.T) {
 	b, _ := newAt(t, bucket.Limit{Capacity: 100, Rate: 2})
 	allow(t, b, 88) // 12 left

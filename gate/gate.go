@@ -1,7 +1,7 @@
 // Package gate admits outgoing calls to tools and APIs the caller does not
 // own (an agent calling tools, a service calling an LLM provider or a
-// partner API) so that they stay inside the other side's limits (SPEC
-// section 3).
+// partner API) so that they stay inside the other side's limits
+// (docs/behaviour.md section 3).
 //
 // A Gate combines an exact token bucket (the rate and burst), an in-flight
 // cap (calls admitted but not finished), a capped FIFO queue of callers
@@ -44,7 +44,8 @@ type Retry struct {
 // Config configures a Gate. Every zero value has the meaning documented on
 // its field; invalid values make New return an error naming the field.
 type Config struct {
-	// Name labels the gate in logs and events (the SPEC field "limiter").
+	// Name labels the gate in logs and events (the field "limiter" of
+	// docs/behaviour.md section 6).
 	// Empty means "gate".
 	Name string
 	// Limit is the token bucket: Capacity is the burst, Rate the tokens per
@@ -56,8 +57,9 @@ type Config struct {
 	// is released.
 	MaxInFlight int
 	// MaxQueue is how many callers may wait for admission at once; beyond
-	// it a caller is refused at once with sluice.ErrQueueFull. 0 means
-	// nobody waits: a call that cannot be admitted at once is refused.
+	// it a caller is refused at once with sluice.ErrQueueFull. 0 (the zero
+	// value) means the gate never waits: every call that cannot be admitted
+	// at once is refused with sluice.ErrQueueFull, whatever MaxWait says.
 	MaxQueue int
 	// MaxWait is the longest a caller waits for admission (tokens, a
 	// server's pause, and a free slot); a caller whose admission would come
@@ -71,7 +73,7 @@ type Config struct {
 	// Waiting always uses real timers (virtual inside a synctest bubble).
 	Clock sluice.Clock
 	// Logger receives a record for each refusal and each pause, with the
-	// SPEC's field names, at most about 10 records a second (the rest are
+	// field names of docs/behaviour.md section 6, at most about 10 records a second (the rest are
 	// counted in the next record's "suppressed" field). Nil logs nothing.
 	Logger *slog.Logger
 	// Observe, if set, is called for every admission decision (admitted or
@@ -374,7 +376,9 @@ func (g *Gate) countAdmitted(attempt int) {
 // fn, releases the slot when fn returns or panics (re-panicking after
 // release), and returns fn's error.
 //
-//   - no waiting room: refused at once with sluice.ErrQueueFull;
+//   - no waiting room (MaxQueue callers already wait; with MaxQueue 0,
+//     any call that cannot pass at once): refused at once with
+//     sluice.ErrQueueFull;
 //   - admission later than MaxWait or ctx's deadline: refused at once with
 //     sluice.ErrWaitTooLong, consuming nothing;
 //   - waiters are admitted in arrival order, large costs included;
@@ -546,7 +550,12 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 	}
 	if len(g.queue) >= g.cfg.MaxQueue {
 		g.mu.Unlock()
-		err := sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
+		var err error
+		if g.cfg.MaxQueue == 0 {
+			err = sluice.Errorf(sluice.ErrQueueFull, "%q: cannot wait: MaxQueue is 0, so no caller may wait (set Config.MaxQueue to let callers queue)", g.name)
+		} else {
+			err = sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
+		}
 		g.reject(err, "queue_full", cost, attempt, 0)
 		return nil, err
 	}

@@ -53,9 +53,9 @@ func pulse(t *testing.T, g *gate.Gate, n int) (admitted []time.Duration, refused
 	return admitted, refused
 }
 
-// The asyncio article's experiment: 1000 simultaneous calls through r=50/s,
-// B=20, with room to wait: none dropped, the last at 19.6 s, about 50 a
-// second.
+// The pulse of docs/behaviour.md section 3: 1000 simultaneous calls through
+// r=50/s, B=20, with room to wait: none dropped, the last at 19.6 s, about
+// 50 a second.
 func TestPulseWithRoomToWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGate(t, gate.Config{Limit: bucket.Limit{Capacity: 20, Rate: 50}, MaxQueue: 1000})
@@ -449,6 +449,40 @@ func TestReserveSettle(t *testing.T) {
 		start := time.Now()
 		if err := g.Do(context.Background(), 10, noop); err != nil || time.Since(start) != 63*time.Second {
 			t.Fatalf("after debt: %v at %v, want 63s", err, time.Since(start))
+		}
+	})
+}
+
+// A gate without MaxQueue never waits, and its refusal says what to set;
+// a full queue's refusal gives its figures.
+func TestQueueFullMessages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate(t, gate.Config{Name: "x", Limit: bucket.Limit{Capacity: 1, Rate: 1}, MaxWait: time.Minute})
+		if err := g.Do(context.Background(), 1, noop); err != nil {
+			t.Fatalf("first call: %v", err)
+		}
+		start := time.Now()
+		err := g.Do(context.Background(), 1, noop)
+		const zero = `sluice: "x": cannot wait: MaxQueue is 0, so no caller may wait (set Config.MaxQueue to let callers queue)`
+		if !errors.Is(err, sluice.ErrQueueFull) || err.Error() != zero || time.Since(start) != 0 {
+			t.Fatalf("MaxQueue 0: %v after %v, want at once %q", err, time.Since(start), zero)
+		}
+
+		g = newGate(t, gate.Config{Name: "x", Limit: bucket.Limit{Capacity: 1, Rate: 1}, StartEmpty: true, MaxQueue: 2})
+		done := make(chan error, 2)
+		for range 2 {
+			go func() { done <- g.Do(context.Background(), 1, noop) }()
+		}
+		synctest.Wait()
+		err = g.Do(context.Background(), 1, noop)
+		const full = `sluice: "x": 2 callers already wait (MaxQueue 2)`
+		if !errors.Is(err, sluice.ErrQueueFull) || err.Error() != full {
+			t.Fatalf("full queue: %v, want %q", err, full)
+		}
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatalf("waiter: %v", err)
+			}
 		}
 	})
 }

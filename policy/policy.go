@@ -1,6 +1,6 @@
 // Package policy loads sluice's policy file: the keyed, scoped limits a
-// request is subject to and the cost of each request class (SPEC section
-// 4). The format is YAML:
+// request is subject to and the cost of each request class
+// (docs/behaviour.md section 4). The format is YAML:
 //
 //	limits:
 //	  - name: global                 # unique; used in responses, logs and metrics

@@ -16,7 +16,7 @@ type GenerateOptions struct {
 }
 
 // Generate returns an example trace: "pulse" (N simultaneous requests, the
-// asyncio article's experiment), "steady" (Rate per second, evenly spaced,
+// reference scenario of docs/behaviour.md section 3), "steady" (Rate per second, evenly spaced,
 // for Duration) or "burst" (N at once every Period, for Duration).
 func Generate(kind string, o GenerateOptions) ([]Event, error) {
 	mk := func(t float64) Event {

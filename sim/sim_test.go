@@ -39,9 +39,9 @@ func pulse(t *testing.T, algorithm string, maxWaitMS int64) *sim.Report {
 	return rep
 }
 
-// The asyncio article's experiment: 1000 simultaneous requests, r=50/s,
-// B=20, room to wait. The token bucket admits all, smoothly at ~50/s; the
-// fixed window admits in bursts at each boundary (a saw-tooth).
+// The pulse of docs/behaviour.md section 3: 1000 simultaneous requests,
+// r=50/s, B=20, room to wait. The token bucket admits all, smoothly at
+// ~50/s; the fixed window admits in bursts at each boundary (a saw-tooth).
 func TestPulseExperiment(t *testing.T) {
 	tb := pulse(t, "token_bucket", 30_000)
 	if tb.Summary.Admitted != 1000 || tb.Summary.Rejected != 0 {

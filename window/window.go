@@ -1,5 +1,5 @@
-// Package window holds window counters (SPEC section 2): the sliding-window
-// counter, which estimates the rate over the last window from two fixed
+// Package window holds window counters (docs/behaviour.md section 2): the
+// sliding-window counter, which estimates the rate over the last window from two fixed
 // windows, and the fixed-window counter, kept as the baseline that shows the
 // boundary double burst.
 //

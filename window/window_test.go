@@ -93,7 +93,7 @@ func TestFixedBoundaryDoubleBurst(t *testing.T) {
 	}
 }
 
-// model is the SPEC section 2 estimate in rationals.
+// model is the estimate of docs/behaviour.md section 2, in rationals.
 func modelAdmits(l window.Limit, st window.SlidingState, now int64, cost int64) bool {
 	w := int64(l.Window)
 	idx := now / w

@@ -14,7 +14,8 @@ type demoCmd struct{}
 
 func (demoCmd) Run(e *env) error { return demo(e.stdout) }
 
-// demo replays SPEC vectors 1 and 6 and the sliding/fixed window contrast.
+// demo replays vectors 1 and 6 of docs/behaviour.md section 1 and vector 3
+// of section 2 (the sliding/fixed window contrast).
 func demo(w io.Writer) error {
 	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
 	b, err := bucket.New(bucket.Limit{Capacity: 3, Rate: 2}, bucket.WithClock(clock))
@@ -26,7 +27,7 @@ func demo(w io.Writer) error {
 		fmt.Fprintf(w, "  t=%-6v %-22s allowed=%-5v remaining=%d retry_after=%v\n",
 			clock.Now().Sub(start), label, d.Allowed, d.Remaining, d.RetryAfter)
 	}
-	fmt.Fprintln(w, "token bucket B=3, r=2/s (SPEC 1, vector 1)")
+	fmt.Fprintln(w, "token bucket B=3, r=2/s (docs/behaviour.md section 1, vector 1)")
 	for i := 1; i <= 4; i++ {
 		d, _ := b.Allow(1)
 		show(fmt.Sprintf("request %d", i), d)
@@ -40,7 +41,7 @@ func demo(w io.Writer) error {
 	d, _ = b.Allow(1)
 	show("request 7", d)
 
-	fmt.Fprintln(w, "weighted costs, B=100, r=2/s (SPEC 1, vector 6)")
+	fmt.Fprintln(w, "weighted costs, B=100, r=2/s (docs/behaviour.md section 1, vector 6)")
 	wb, err := bucket.New(bucket.Limit{Capacity: 100, Rate: 2}, bucket.WithClock(clock))
 	if err != nil {
 		return err
@@ -52,7 +53,7 @@ func demo(w io.Writer) error {
 	_, err = wb.Allow(101)
 	fmt.Fprintf(w, "  cost 101: %v\n", err)
 
-	fmt.Fprintln(w, "10 per second across a window boundary: fixed vs sliding window (SPEC 2)")
+	fmt.Fprintln(w, "10 per second across a window boundary: fixed vs sliding window (docs/behaviour.md section 2, vector 3)")
 	wc := sluice.NewManualClock(time.Unix(1_800_000_000, 999_000_000))
 	l := window.Limit{Limit: 10, Window: time.Second}
 	f, _ := window.NewFixed(l, window.WithClock(wc))

@@ -1,6 +1,6 @@
 // Command sluice is the sluice rate limiter's command-line program.
 //
-//	sluice                     replay SPEC's worked vectors (demo)
+//	sluice                     replay worked vectors of docs/behaviour.md (demo)
 //	sluice serve --config F    run the service (HTTP/JSON API, in memory)
 //	sluice check F             validate a policy file (or --config F, or --envoy-config DIR); exit 1 with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
@@ -33,7 +33,7 @@ var version string
 type cli struct {
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
-	Demo     demoCmd     `cmd:"" default:"1" help:"Replay the worked vectors of SPEC section 1 on a manual clock (the default)."`
+	Demo     demoCmd     `cmd:"" default:"1" help:"Replay worked vectors of docs/behaviour.md sections 1 and 2 on a manual clock (the default)."`
 	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
 	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file (or a directory of Envoy ratelimit config); exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`

@@ -26,6 +26,7 @@ func TestDemoShowsVectors(t *testing.T) {
 		"cost 20                allowed=false remaining=12 retry_after=4s",
 		"cost 101: sluice: cost 101 exceeds capacity 100",
 		"fixed window admits 20, sliding window admits 10",
+		"token bucket B=3, r=2/s (docs/behaviour.md section 1, vector 1)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

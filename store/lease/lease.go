@@ -3,7 +3,7 @@
 // trip and spends them locally, so most decisions on hot keys cost no round
 // trip.
 //
-// Bounds (SPEC section 5, leasing):
+// Bounds (docs/behaviour.md section 5.3):
 //
 //   - Never over-admits: every token spent locally was first taken from
 //     the shared bucket, so all instances together admit at most what the

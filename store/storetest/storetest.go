@@ -77,7 +77,7 @@ func take(t *testing.T, s store.Store, items ...store.Item) outcome {
 	return o
 }
 
-// SPEC 1 vector 1 through the store.
+// docs/behaviour.md section 1, vector 1, through the store.
 func testBucketVector(t *testing.T, f Factory) {
 	s, c := open(t, f)
 	sp := spec(t, 3, 2)
