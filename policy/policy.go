@@ -37,8 +37,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -136,7 +134,9 @@ type keyPart struct {
 type CostRule struct {
 	When map[string]string
 	Cost int64
-	Line int
+	Line int // where the rule starts in the file
+
+	costLine, costColumn int // where its cost is
 }
 
 // Policy is a loaded, validated policy. It is immutable.
@@ -157,6 +157,8 @@ type Error struct {
 	Msg          string
 }
 
+// Error formats e as `line L, column C: limit "x": field "f": msg`, leaving
+// out the column, limit and field when they are not known.
 func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "line %d", e.Line)
@@ -172,20 +174,31 @@ func (e *Error) Error() string {
 	return b.String() + ": " + e.Msg
 }
 
-// Errors is every validation error of a file, in file order.
+// Errors is every validation error of a file, in file order (by line,
+// then column). A problem that does not follow from another is reported
+// even when the other is.
 type Errors []*Error
 
+// Error is one problem a line: "policy: " and the problem when there is
+// one, else a line "policy: N problems:" followed by each problem on its
+// own line, indented by two spaces.
 func (es Errors) Error() string {
-	s := make([]string, len(es))
-	for i, e := range es {
-		s[i] = e.Error()
+	if len(es) == 1 {
+		return "policy: " + es[0].Error()
 	}
-	return "policy: " + strings.Join(s, "; ")
+	var b strings.Builder
+	fmt.Fprintf(&b, "policy: %d problems:", len(es))
+	for _, e := range es {
+		b.WriteString("\n  ")
+		b.WriteString(e.Error())
+	}
+	return b.String()
 }
 
 // ErrInvalid is matched (errors.Is) by every error Load and Parse return.
 var ErrInvalid = errors.New("invalid policy")
 
+// Is reports whether target is ErrInvalid.
 func (es Errors) Is(target error) bool { return target == ErrInvalid }
 
 // Load reads and parses the policy file at path.
@@ -213,9 +226,9 @@ func Parse(src []byte) (*Policy, error) {
 	p := &Policy{Source: append([]byte(nil), src...)}
 	sum := sha256.Sum256(src)
 	p.Version = hex.EncodeToString(sum[:8])
-	v := &validator{}
+	v := &validator{names: map[string]int{}}
 	if len(doc.Content) == 0 {
-		v.add(&Error{Line: 1, Msg: "empty policy: it needs a limits list"})
+		v.add(&Error{Line: 1, Column: 1, Msg: "empty policy: it needs a limits list"})
 		return nil, v.errs
 	}
 	root := doc.Content[0]
@@ -223,57 +236,9 @@ func Parse(src []byte) (*Policy, error) {
 		v.at(root, "", "", "the policy must be a mapping with a limits list")
 		return nil, v.errs
 	}
-	seenLimits := false
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, val := root.Content[i], root.Content[i+1]
-		switch k.Value {
-		case "limits":
-			seenLimits = true
-			if val.Kind != yaml.SequenceNode {
-				v.at(val, "", "limits", "must be a list")
-				continue
-			}
-			for _, n := range val.Content {
-				if l := v.limit(n); l != nil {
-					p.Limits = append(p.Limits, l)
-				}
-			}
-		case "costs":
-			if val.Kind != yaml.SequenceNode {
-				v.at(val, "", "costs", "must be a list")
-				continue
-			}
-			for _, n := range val.Content {
-				if c, ok := v.cost(n); ok {
-					p.Costs = append(p.Costs, c)
-				}
-			}
-		default:
-			v.at(k, "", k.Value, "unknown field (want limits, costs)")
-		}
-	}
-	if !seenLimits {
-		v.add(&Error{Line: root.Line, Column: root.Column, Msg: "missing limits list"})
-	}
-	names := map[string]int{}
-	for _, l := range p.Limits {
-		if prev, dup := names[l.Name]; dup {
-			v.add(&Error{Line: l.Line, Limit: l.Name, Field: "name", Msg: fmt.Sprintf("duplicate name (first at line %d)", prev)})
-		}
-		names[l.Name] = l.Line
-	}
-	for _, c := range p.Costs {
-		for _, l := range p.Limits {
-			if l.Kind != Concurrency && c.Cost > l.Capacity() && alwaysHits(c.When, l) {
-				v.add(&Error{Line: c.Line, Field: "cost", Msg: fmt.Sprintf(
-					"cost %d exceeds the capacity %d of limit %q (line %d), which every request of this class hits: they could never be admitted",
-					c.Cost, l.Capacity(), l.Name, l.Line)})
-			}
-		}
-	}
+	v.policy(root, p)
 	if len(v.errs) > 0 {
-		sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].Line < v.errs[j].Line })
-		return nil, v.errs
+		return nil, v.sorted()
 	}
 	return p, nil
 }
@@ -311,282 +276,6 @@ func yamlError(err error) *Error {
 		}
 	}
 	return &Error{Line: line, Msg: "YAML: " + msg}
-}
-
-type validator struct{ errs Errors }
-
-func (v *validator) add(e *Error) { v.errs = append(v.errs, e) }
-
-func (v *validator) at(n *yaml.Node, limit, field, msg string) {
-	v.add(&Error{Line: n.Line, Column: n.Column, Limit: limit, Field: field, Msg: msg})
-}
-
-func (v *validator) limit(n *yaml.Node) *Limit {
-	if n.Kind != yaml.MappingNode {
-		v.at(n, "", "", "a limit must be a mapping")
-		return nil
-	}
-	l := &Limit{Line: n.Line}
-	fields := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		if k.Value == "name" {
-			l.Name = val.Value
-		}
-		if _, dup := fields[k.Value]; dup {
-			v.at(k, "", k.Value, "given twice")
-		}
-		fields[k.Value] = val
-	}
-	name := l.Name
-	errs := len(v.errs)
-	bad := func(field, format string, args ...any) {
-		node := fields[field]
-		if node == nil {
-			node = n
-		}
-		v.at(node, name, field, fmt.Sprintf(format, args...))
-	}
-	str := func(field string) (string, bool) {
-		node := fields[field]
-		if node == nil {
-			return "", false
-		}
-		if node.Kind != yaml.ScalarNode {
-			bad(field, "must be a scalar")
-			return "", false
-		}
-		return node.Value, true
-	}
-	integer := func(field string) (int64, bool) {
-		s, ok := str(field)
-		if !ok {
-			return 0, false
-		}
-		x, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
-		if err != nil {
-			bad(field, "%q is not a whole number", s)
-			return 0, false
-		}
-		return x, true
-	}
-	duration := func(field string) (time.Duration, bool) {
-		s, ok := str(field)
-		if !ok {
-			return 0, false
-		}
-		d, err := parseDuration(s)
-		if err != nil {
-			bad(field, "%v", err)
-			return 0, false
-		}
-		return d, true
-	}
-	allowed := map[string]bool{"name": true, "key": true, "when": true, "algorithm": true, "on_store_error": true, "hash_tag": true}
-	if name == "" {
-		bad("name", "missing or empty name")
-	} else if !validName(name) {
-		bad("name", "name %q must be letters, digits, _ - or .", name)
-	}
-	key, ok := str("key")
-	if !ok || key == "" {
-		bad("key", "missing or empty key template")
-	} else if parts, ph, err := parseKey(key); err != nil {
-		bad("key", "%v", err)
-	} else {
-		l.Key, l.params, l.placeh = key, parts, ph
-	}
-	if tag, ok := str("hash_tag"); ok {
-		parts, ph, err := parseKey(tag)
-		switch {
-		case tag == "":
-			bad("hash_tag", "empty hash_tag (omit the field instead)")
-		case err != nil:
-			bad("hash_tag", "%v", err)
-		default:
-			for _, n := range ph {
-				if !slices.Contains(l.placeh, n) {
-					bad("hash_tag", "placeholder {%s} is not in the key template %q", n, key)
-				}
-			}
-			l.HashTag, l.tag = tag, parts
-		}
-	}
-	if w := fields["when"]; w != nil {
-		l.When = v.stringMap(w, name, "when")
-	}
-	algo, _ := str("algorithm")
-	_, hasInFlight := fields["max_in_flight"]
-	switch {
-	case hasInFlight:
-		l.Kind = Concurrency
-		if algo != "" {
-			bad("algorithm", "a max_in_flight limit takes no algorithm")
-		}
-	case algo == "" || algo == "token_bucket":
-		l.Kind = TokenBucket
-	case algo == "sliding_window":
-		l.Kind = SlidingWindow
-	case algo == "fixed_window":
-		l.Kind = FixedWindow
-	default:
-		bad("algorithm", "unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", algo)
-	}
-	switch l.Kind {
-	case TokenBucket:
-		for _, f := range []string{"capacity", "refill_per_second", "refill"} {
-			allowed[f] = true
-		}
-		c, ok := integer("capacity")
-		if !ok && fields["capacity"] == nil {
-			bad("capacity", "missing capacity")
-		}
-		_, hasRate := fields["refill_per_second"]
-		_, hasRefill := fields["refill"]
-		var rate float64
-		switch {
-		case hasRate && hasRefill:
-			bad("refill", "give refill_per_second or refill, not both")
-		case hasRate:
-			s, _ := str("refill_per_second")
-			r, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				bad("refill_per_second", "%q is not a number", s)
-			}
-			rate = r
-		case hasRefill:
-			s, _ := str("refill")
-			r, err := ParseRate(s)
-			if err != nil {
-				bad("refill", "%v", err)
-			}
-			rate = r
-		default:
-			bad("refill_per_second", "missing refill_per_second (or refill)")
-		}
-		if ok && (hasRate || hasRefill) && len(v.errs) == errs {
-			l.Bucket = bucket.Limit{Capacity: c, Rate: rate}
-			if err := l.Bucket.Validate(); err != nil {
-				field := "refill_per_second"
-				if c < 1 || strings.Contains(err.Error(), "capacity") {
-					field = "capacity"
-				}
-				if hasRefill && field != "capacity" {
-					field = "refill"
-				}
-				bad(field, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
-			}
-		}
-	case SlidingWindow, FixedWindow:
-		allowed["limit"], allowed["window"] = true, true
-		n, ok1 := integer("limit")
-		if fields["limit"] == nil {
-			bad("limit", "missing limit")
-		}
-		w, ok2 := duration("window")
-		if fields["window"] == nil {
-			bad("window", "missing window")
-		}
-		if ok1 && ok2 {
-			l.Window = window.Limit{Limit: n, Window: w}
-			if n < 1 {
-				bad("limit", "limit %d must be at least 1", n)
-			}
-			if w <= 0 {
-				bad("window", "window %v must be positive", w)
-			}
-		}
-	case Concurrency:
-		allowed["max_in_flight"], allowed["lease_ttl"] = true, true
-		m, ok := integer("max_in_flight")
-		if ok && m < 1 {
-			bad("max_in_flight", "max_in_flight %d must be at least 1", m)
-		}
-		l.MaxInFlight = m
-		ttl, ok := duration("lease_ttl")
-		switch {
-		case fields["lease_ttl"] == nil:
-			bad("lease_ttl", "missing lease_ttl (how long an unreleased lease holds its slot)")
-		case ok && ttl <= 0:
-			bad("lease_ttl", "lease_ttl %v must be positive", ttl)
-		}
-		l.LeaseTTL = ttl
-	}
-	if s, ok := str("on_store_error"); ok {
-		switch s {
-		case "fail_open", "fail_closed", "local":
-			l.OnStoreError = s
-		default:
-			bad("on_store_error", "%q is not fail_open, fail_closed or local", s)
-		}
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		if !allowed[k.Value] {
-			v.at(k, name, k.Value, fmt.Sprintf("unknown field for a %s limit", l.Kind))
-		}
-	}
-	if len(v.errs) > errs {
-		return nil
-	}
-	for k := range l.When {
-		if !validName(k) {
-			bad("when", "descriptor name %q must be letters, digits, _ or -", k)
-		}
-	}
-	return l
-}
-
-func (v *validator) stringMap(n *yaml.Node, limit, field string) map[string]string {
-	if n.Kind != yaml.MappingNode {
-		v.at(n, limit, field, "must be a mapping of descriptor: value")
-		return nil
-	}
-	m := map[string]string{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		if val.Kind != yaml.ScalarNode {
-			v.at(val, limit, field, fmt.Sprintf("value of %q must be a scalar", k.Value))
-			continue
-		}
-		m[k.Value] = val.Value
-	}
-	return m
-}
-
-func (v *validator) cost(n *yaml.Node) (CostRule, bool) {
-	c := CostRule{Line: n.Line}
-	if n.Kind != yaml.MappingNode {
-		v.at(n, "", "costs", "a cost rule must be a mapping with when and cost")
-		return c, false
-	}
-	errs := len(v.errs)
-	hasCost := false
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		switch k.Value {
-		case "when":
-			c.When = v.stringMap(val, "", "when")
-		case "cost":
-			hasCost = true
-			x, err := strconv.ParseInt(val.Value, 10, 64)
-			if err != nil || val.Kind != yaml.ScalarNode {
-				v.at(val, "", "cost", fmt.Sprintf("%q is not a whole number", val.Value))
-			} else if x < 1 {
-				v.at(val, "", "cost", fmt.Sprintf("cost %d must be at least 1", x))
-			}
-			c.Cost = x
-		default:
-			v.at(k, "", k.Value, "unknown field in a cost rule (want when, cost)")
-		}
-	}
-	if !hasCost {
-		v.at(n, "", "cost", "missing cost")
-	}
-	if len(c.When) == 0 && len(v.errs) == errs {
-		v.at(n, "", "when", "a cost rule needs a non-empty when")
-	}
-	return c, len(v.errs) == errs
 }
 
 func validName(s string) bool {
