@@ -80,6 +80,10 @@ func (v *validator) limits(n *yaml.Node, p *Policy) {
 		v.at(n, "", "limits", "must be a list")
 		return
 	}
+	if len(n.Content) == 0 {
+		v.at(n, "", "limits", "no limits: a policy must have at least one limit")
+		return
+	}
 	for _, ln := range n.Content {
 		if l := v.limit(ln); l != nil {
 			p.Limits = append(p.Limits, l)

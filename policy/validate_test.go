@@ -167,3 +167,18 @@ func TestKnownFieldsAccepted(t *testing.T) {
 		}
 	}
 }
+
+// A policy must have at least one limit.
+func TestNoLimits(t *testing.T) {
+	for src, want := range map[string]string{
+		"limits: []\n":                     `policy: line 1, column 9: field "limits": no limits: a policy must have at least one limit`,
+		"costs: []\nlimits:   []\n":        `policy: line 2, column 11: field "limits": no limits: a policy must have at least one limit`,
+		"limits:\n  # nothing yet\n  []\n": `policy: line 3, column 3: field "limits": no limits`,
+		"limits: []\ncosts: [{cost: 0}]\n": "policy: 3 problems:\n  line 1, column 9: field \"limits\": no limits",
+	} {
+		_, err := policy.Parse([]byte(src))
+		if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, policy.ErrInvalid) {
+			t.Errorf("%q:\n got %v\nwant %s", src, err, want)
+		}
+	}
+}
