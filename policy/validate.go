@@ -55,6 +55,9 @@ func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 	return ps
 }
 
+// topFields are the fields of the top-level mapping.
+var topFields = []string{"limits", "costs"}
+
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
 	seenLimits := false
@@ -66,7 +69,7 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 		case "costs":
 			v.costs(f.val, p)
 		default:
-			v.at(f.key, "", f.key.Value, "unknown field (want limits, costs)")
+			v.at(f.key, "", f.key.Value, "unknown field"+suggestOrList(f.key.Value, topFields))
 		}
 	}
 	if !seenLimits {
@@ -146,6 +149,15 @@ func ParseKind(s string) (Kind, error) {
 		}
 	}
 	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, sliding_window, fixed_window or concurrency)", s)
+}
+
+// kindNames are the Kinds' names, in Kind order.
+func kindNames() []string {
+	names := make([]string, len(kindDefs))
+	for k := range names {
+		names[k] = Kind(k).String()
+	}
+	return names
 }
 
 // limitFields is one limit's mapping under validation: its fields by name
@@ -285,6 +297,9 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 	return l
 }
 
+// storeErrorModes are the values of on_store_error.
+var storeErrorModes = []string{"fail_open", "fail_closed", "local"}
+
 // common validates the fields every kind takes (except algorithm).
 func (f *limitFields) common(l *Limit) {
 	f.limitName(l)
@@ -301,11 +316,10 @@ func (f *limitFields) common(l *Limit) {
 		l.When = f.v.stringMap(w, f.name, "when", true)
 	}
 	if s, ok := f.str("on_store_error"); ok {
-		switch s {
-		case "fail_open", "fail_closed", "local":
+		if slices.Contains(storeErrorModes, s) {
 			l.OnStoreError = s
-		default:
-			f.bad("on_store_error", "%q is not fail_open, fail_closed or local", s)
+		} else {
+			f.bad("on_store_error", "%q is not %s%s", s, orList(storeErrorModes), didYouMean(s, storeErrorModes))
 		}
 	}
 }
@@ -372,7 +386,11 @@ func (f *limitFields) kind() (k Kind, known bool) {
 	}
 	k, err := ParseKind(algo)
 	if err != nil {
-		f.bad("algorithm", "%v", err)
+		if hint := didYouMean(algo, kindNames()); hint != "" {
+			f.bad("algorithm", "unknown algorithm %q%s", algo, hint)
+		} else {
+			f.bad("algorithm", "%v", err)
+		}
 		return TokenBucket, false
 	}
 	return k, true
@@ -392,12 +410,56 @@ func (f *limitFields) unknownFields(k Kind, known bool) {
 		if !known && slices.ContainsFunc(kindDefs[:], func(d kindDef) bool { return slices.Contains(d.fields, field) }) {
 			continue
 		}
-		msg := "unknown field"
+		msg := "unknown field" + didYouMean(field, commonFields, allKindFields())
 		if known {
-			msg = fmt.Sprintf("unknown field for a %s limit", k)
+			msg = fmt.Sprintf("unknown field for a %s limit", k) + kindFieldHint(field, k)
 		}
 		f.v.at(key, f.name, field, msg)
 	}
+}
+
+// kindFieldHint is what to tell of a field unknown to kind k: which kinds
+// take it, else the nearest field k takes.
+func kindFieldHint(field string, k Kind) string {
+	var owners []string
+	for o, d := range kindDefs {
+		if slices.Contains(d.fields, field) {
+			owners = append(owners, Kind(o).String())
+		}
+	}
+	if len(owners) > 0 {
+		return fmt.Sprintf(" (it is a field of %s limits)", strings.Join(owners, " and "))
+	}
+	return didYouMean(field, commonFields, kindDefs[k].fields)
+}
+
+// allKindFields is every field some kind takes.
+func allKindFields() []string {
+	var all []string
+	for _, d := range kindDefs {
+		for _, f := range d.fields {
+			if !slices.Contains(all, f) {
+				all = append(all, f)
+			}
+		}
+	}
+	return all
+}
+
+// suggestOrList is didYouMean(s, fields), else the list of fields.
+func suggestOrList(s string, fields []string) string {
+	if hint := didYouMean(s, fields); hint != "" {
+		return hint
+	}
+	return " (want " + orList(fields) + ")"
+}
+
+// orList is "a", "a or b", "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 func parseTokenBucket(f *limitFields, l *Limit) {
@@ -502,6 +564,9 @@ func (v *validator) stringMap(n *yaml.Node, limit, field string, names bool) map
 	return m
 }
 
+// costFields are the fields of a cost rule.
+var costFields = []string{"when", "cost"}
+
 // cost validates one cost rule; false when it has problems (reported).
 func (v *validator) cost(n *yaml.Node) (CostRule, bool) {
 	c := CostRule{Line: n.Line}
@@ -527,7 +592,7 @@ func (v *validator) cost(n *yaml.Node) (CostRule, bool) {
 			}
 			c.Cost = x
 		default:
-			v.at(k, "", k.Value, "unknown field in a cost rule (want when, cost)")
+			v.at(k, "", k.Value, "unknown field in a cost rule"+suggestOrList(k.Value, costFields))
 		}
 	}
 	if !hasCost {

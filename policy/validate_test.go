@@ -3,6 +3,7 @@ package policy_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -178,6 +179,56 @@ func TestNoLimits(t *testing.T) {
 	} {
 		_, err := policy.Parse([]byte(src))
 		if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, policy.ErrInvalid) {
+			t.Errorf("%q:\n got %v\nwant %s", src, err, want)
+		}
+	}
+}
+
+// misspell drops the second byte of s.
+func misspell(s string) string { return s[:1] + s[2:] }
+
+// Each field of each kind, misspelled, is reported with the field meant;
+// a field far from every known one gets no suggestion.
+func TestUnknownFieldSuggestion(t *testing.T) {
+	for k, fields := range kindFields {
+		src := commonFields + fields
+		for _, line := range strings.Split(strings.TrimSuffix(src, "\n"), "\n") {
+			field, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "- "), ":")
+			bad := misspell(field)
+			mutated := "limits:\n" + strings.Replace(src, field+":", bad+":", 1)
+			_, err := policy.Parse([]byte(mutated))
+			var es policy.Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("%v %s: got %v", k, bad, err)
+			}
+			want := fmt.Sprintf("(did you mean %s?)", field)
+			i := slices.IndexFunc(es, func(e *policy.Error) bool { return e.Field == bad })
+			if i < 0 || !strings.HasPrefix(es[i].Msg, "unknown field") || !strings.HasSuffix(es[i].Msg, want) {
+				t.Errorf("%v: %s for %s:\n got %v\nwant %s", k, bad, field, err, want)
+			}
+		}
+		_, err := policy.Parse([]byte("limits:\n" + commonFields + fields + "    colour: red\n"))
+		if want := fmt.Sprintf("field \"colour\": unknown field for a %s limit", k); err == nil || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("%v: got %v\nwant %s (and no suggestion)", k, err, want)
+		}
+	}
+	for src, want := range map[string]string{
+		"limits:\n  - {name: a, key: x, capacity: 1, refil_per_second: 5}\n":                                        `field "refil_per_second": unknown field for a token_bucket limit (did you mean refill_per_second?)`,
+		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, window: 1m}\n":                                    `field "window": unknown field for a token_bucket limit (it is a field of sliding_window and fixed_window limits)`,
+		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, lease_ttl: 1s}\n":                                 `field "lease_ttl": unknown field for a token_bucket limit (it is a field of concurrency limits)`,
+		"limits:\n  - {name: a, key: x, algorithm: leaky, limit: 1, window: 1m, capactiy: 1}\n":                     `field "capactiy": unknown field (did you mean capacity?)`,
+		"limits:\n  - {name: a, key: x, algorithm: slidng_window, limit: 1, window: 1m}\n":                          `field "algorithm": unknown algorithm "slidng_window" (did you mean sliding_window?)`,
+		"limits:\n  - {name: a, key: x, algorithm: leaky, limit: 1, window: 1m}\n":                                  `field "algorithm": unknown algorithm "leaky" (want token_bucket, sliding_window, fixed_window or concurrency)`,
+		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, on_store_error: fail-open}\n":                     `field "on_store_error": "fail-open" is not fail_open, fail_closed or local (did you mean fail_open?)`,
+		"limts:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                                 `field "limts": unknown field (did you mean limits?)`,
+		"LIMITS: []\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                    `field "LIMITS": unknown field (did you mean limits?)`,
+		"cost: []\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                      `field "cost": unknown field (did you mean costs?)`,
+		"policy: 1\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                     `field "policy": unknown field (want limits or costs)`,
+		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\ncosts:\n  - {wen: {a: b}, cost: 1}\n":            `field "wen": unknown field in a cost rule (did you mean when?)`,
+		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\ncosts:\n  - {when: {a: b}, cots: 1}\n":           `field "cots": unknown field in a cost rule (did you mean cost?)`,
+		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\ncosts:\n  - {when: {a: b}, cost: 1, price: 2}\n": `field "price": unknown field in a cost rule (want when or cost)`,
+	} {
+		if _, err := policy.Parse([]byte(src)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q:\n got %v\nwant %s", src, err, want)
 		}
 	}
