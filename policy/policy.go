@@ -1,6 +1,6 @@
 // Package policy loads sluice's policy file: the keyed, scoped limits a
-// request is subject to and the cost of each request class (SPEC section
-// 4). The format is YAML:
+// request is subject to, the cost of each request class (SPEC section 4)
+// and the descriptors whose values logs must not show. The format is YAML:
 //
 //	limits:
 //	  - name: global                 # unique; used in responses, logs and metrics
@@ -10,6 +10,7 @@
 //	  - name: tenant_export
 //	    key: "tenant:{tenant}:route:{route}"
 //	    when: {route: "/export"}     # applies only when these descriptors match exactly
+//	    hash_tag: "{tenant}"         # optional: one Redis Cluster slot per tenant
 //	    capacity: 60
 //	    refill_per_second: 1
 //	  - name: user_daily
@@ -21,13 +22,18 @@
 //	    key: "api_key:{api_key}"
 //	    max_in_flight: 5             # concurrency limit (held until released or its lease expires)
 //	    lease_ttl: 30s
+//	    on_store_error: fail_closed  # optional: fail_open | fail_closed | local; default the server's
 //	costs:                           # optional cost per request class; a request's own cost wins
 //	  - when: {route: "/export"}
 //	    cost: 20
+//	redact: [api_key, user]          # optional: these values show only as a hash in logs and key listings
 //
-// A limit applies to a request when every {placeholder} of its key is among
-// the request's descriptors and its when matches. Errors name the line, the
-// limit and the field.
+// A limit with max_in_flight is a concurrency limit (algorithm may be
+// omitted or be "concurrency"). A limit applies to a request when every
+// {placeholder} of its key is among the request's descriptors and its when
+// matches. Parse reports every problem of a file, each with its line, its
+// column (except for YAML syntax errors) and, where they apply, the limit
+// and the field; a misspelt field gets the nearest known one suggested.
 package policy
 
 import (
@@ -64,6 +70,9 @@ const (
 	Concurrency
 )
 
+// String returns the kind's algorithm name ("token_bucket",
+// "sliding_window", "fixed_window", "concurrency"), which ParseKind parses
+// back; "unknown" for a value that is no Kind constant.
 func (k Kind) String() string {
 	switch k {
 	case TokenBucket:
@@ -143,6 +152,10 @@ type CostRule struct {
 type Policy struct {
 	Limits []*Limit
 	Costs  []CostRule
+	// Redact lists, in file order and without repeats, the descriptors
+	// whose values are shown only as a short hash in logs and key listings
+	// (see DisplayKey). Keys in the store are not affected.
+	Redact []string
 	// Version is a hash of the file's content (sha256, first 16 hex digits).
 	Version string
 	// Source is the file's text.
@@ -323,8 +336,9 @@ func parseKey(t string) ([]keyPart, []string, error) {
 
 // Match reports whether l applies to a request with these descriptors and,
 // if so, returns its bucket key: the template with each placeholder
-// replaced by the descriptor's value (with "%" and ":" escaped, so that
-// distinct descriptor sets never share a key).
+// replaced by the descriptor's value, with "%", ":", "{" and "}" written
+// as "%25", "%3A", "%7B" and "%7D" (so that distinct descriptor sets never
+// share a key, and a value cannot change the key's hash tag).
 func (l *Limit) Match(desc map[string]string) (string, bool) {
 	b, ok := l.AppendKey(nil, desc)
 	return string(b), ok
@@ -333,6 +347,12 @@ func (l *Limit) Match(desc map[string]string) (string, bool) {
 // AppendKey is Match appending the key to dst (no allocation when dst has
 // room); on false dst is returned unchanged.
 func (l *Limit) AppendKey(dst []byte, desc map[string]string) ([]byte, bool) {
+	return l.appendKey(dst, desc, nil)
+}
+
+// appendKey is AppendKey, with the values of the descriptors that redact
+// redacts (when it is not nil) rendered by appendRedacted.
+func (l *Limit) appendKey(dst []byte, desc map[string]string, redact *Policy) ([]byte, bool) {
 	if !matches(l.When, desc) {
 		return dst, false
 	}
@@ -346,7 +366,11 @@ func (l *Limit) AppendKey(dst []byte, desc map[string]string) ([]byte, bool) {
 		if !ok {
 			return dst[:n], false
 		}
-		dst = appendEscaped(dst, val)
+		if redact != nil && redact.Redacts(p.name) {
+			dst = appendRedacted(dst, val)
+		} else {
+			dst = appendEscaped(dst, val)
+		}
 	}
 	return dst, true
 }

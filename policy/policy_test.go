@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("limits:\n  - name: a\n    key: \"t:{x}\"\n    capacity: 3\n    refill: 1/s\n"))
 	f.Add([]byte("limits:\n  - name: w\n    key: u\n    algorithm: sliding_window\n    limit: 5\n    window: 7d\ncosts:\n  - when: {a: b}\n    cost: 2\n"))
 	f.Add([]byte("limits: [{name: c, key: k, max_in_flight: 2, lease_ttl: 1s}]"))
+	f.Add([]byte("redact: [x]\nlimits: [{name: a, key: \"k:{x}:{a}\", capacity: 3, refill_per_second: 1}]\n"))
+	f.Add([]byte("limits:\n  - {name: a, key: x, capacity: 0, refil: 1/s, algorithm: slidng_window}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		p, err := policy.Parse(src)
 		if err != nil {
@@ -133,7 +136,12 @@ func FuzzParse(f *testing.F) {
 			if l.Kind == policy.TokenBucket && l.Bucket.Validate() != nil {
 				t.Fatalf("invalid bucket accepted: %+v", l.Bucket)
 			}
-			l.Match(map[string]string{"x": "1", "a": "b"})
+			desc := map[string]string{"x": "1:%{", "a": "b"}
+			key, ok := l.Match(desc)
+			shown, shownOK := p.DisplayKey(l, desc)
+			if ok != shownOK || !slices.ContainsFunc(l.Placeholders(), p.Redacts) && shown != key {
+				t.Fatalf("Match %q %v, DisplayKey %q %v", key, ok, shown, shownOK)
+			}
 		}
 	})
 }

@@ -56,7 +56,7 @@ func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 }
 
 // topFields are the fields of the top-level mapping.
-var topFields = []string{"limits", "costs"}
+var topFields = []string{"limits", "costs", "redact"}
 
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
@@ -68,6 +68,8 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 			v.limits(f.val, p)
 		case "costs":
 			v.costs(f.val, p)
+		case "redact":
+			p.Redact = v.redact(f.val)
 		default:
 			v.at(f.key, "", f.key.Value, "unknown field"+suggestOrList(f.key.Value, topFields))
 		}
@@ -104,6 +106,31 @@ func (v *validator) costs(n *yaml.Node, p *Policy) {
 			p.Costs = append(p.Costs, c)
 		}
 	}
+}
+
+// redact validates the list of descriptor names to redact: each a valid
+// descriptor name, none twice.
+func (v *validator) redact(n *yaml.Node) []string {
+	if n.Kind != yaml.SequenceNode {
+		v.at(n, "", "redact", "must be a list of descriptor names")
+		return nil
+	}
+	names := []string{}
+	first := map[string]int{}
+	for _, e := range n.Content {
+		switch prev, dup := first[e.Value]; {
+		case e.Kind != yaml.ScalarNode || e.ShortTag() == "!!null":
+			v.at(e, "", "redact", "each entry must be a descriptor name")
+		case !validName(e.Value):
+			v.at(e, "", "redact", fmt.Sprintf("descriptor name %q must be letters, digits, _ - or .", e.Value))
+		case dup:
+			v.at(e, "", "redact", fmt.Sprintf("%q given twice (first at line %d)", e.Value, prev))
+		default:
+			first[e.Value] = e.Line
+			names = append(names, e.Value)
+		}
+	}
+	return names
 }
 
 // checkCosts reports each cost rule whose requests could never be admitted
