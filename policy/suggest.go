@@ -38,8 +38,15 @@ func distance(a, b string, bound int) int {
 	if d := len(a) - len(b); d >= bound || -d >= bound {
 		return bound
 	}
-	// rows[i%3][j] is the distance between a[:i] and b[:j].
-	rows := [3][]int{make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)}
+	// rows[i%3][j] is the distance between a[:i] and b[:j]; known names
+	// fit the array, so the common case does not allocate.
+	var buf [3 * 32]int
+	cells := buf[:]
+	if w := len(b) + 1; 3*w > len(buf) {
+		cells = make([]int, 3*w)
+	}
+	w := len(b) + 1
+	rows := [3][]int{cells[:w], cells[w : 2*w], cells[2*w : 3*w]}
 	for j := range rows[0] {
 		rows[0][j] = j
 	}

@@ -44,12 +44,14 @@ type pair struct{ key, val *yaml.Node }
 // dropping) a key given twice.
 func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 	ps := make([]pair, 0, len(n.Content)/2)
+	first := make(map[string]int, len(n.Content)/2) // key -> its line
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
-		if j := slices.IndexFunc(ps, func(p pair) bool { return p.key.Value == k.Value }); j >= 0 {
-			v.at(k, limit, k.Value, fmt.Sprintf("given twice (first at line %d)", ps[j].key.Line))
+		if line, dup := first[k.Value]; dup {
+			v.at(k, limit, k.Value, fmt.Sprintf("given twice (first at line %d)", line))
 			continue
 		}
+		first[k.Value] = k.Line
 		ps = append(ps, pair{k, n.Content[i+1]})
 	}
 	return ps
