@@ -1,6 +1,7 @@
 // Package policy loads sluice's policy file: the keyed, scoped limits a
-// request is subject to and the cost of each request class
-// (docs/behaviour.md section 4). The format is YAML:
+// request is subject to, the cost of each request class
+// (docs/behaviour.md section 4) and the descriptors whose values logs must
+// not show. The format is YAML:
 //
 //	limits:
 //	  - name: global                 # unique; used in responses, logs and metrics
@@ -10,6 +11,7 @@
 //	  - name: tenant_export
 //	    key: "tenant:{tenant}:route:{route}"
 //	    when: {route: "/export"}     # applies only when these descriptors match exactly
+//	    hash_tag: "{tenant}"         # optional: one Redis Cluster slot per tenant
 //	    capacity: 60
 //	    refill_per_second: 1
 //	  - name: user_daily
@@ -21,13 +23,18 @@
 //	    key: "api_key:{api_key}"
 //	    max_in_flight: 5             # concurrency limit (held until released or its lease expires)
 //	    lease_ttl: 30s
+//	    on_store_error: fail_closed  # optional: fail_open | fail_closed | local; default the server's
 //	costs:                           # optional cost per request class; a request's own cost wins
 //	  - when: {route: "/export"}
 //	    cost: 20
+//	redact: [api_key, user]          # optional: these values show only as a hash in logs and key listings
 //
-// A limit applies to a request when every {placeholder} of its key is among
-// the request's descriptors and its when matches. Errors name the line, the
-// limit and the field.
+// A limit with max_in_flight is a concurrency limit (algorithm may be
+// omitted or be "concurrency"). A limit applies to a request when every
+// {placeholder} of its key is among the request's descriptors and its when
+// matches. Parse reports every problem of a file, each with its line, its
+// column (except for YAML syntax errors) and, where they apply, the limit
+// and the field; a misspelt field gets the nearest known one suggested.
 package policy
 
 import (
@@ -37,8 +44,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +71,9 @@ const (
 	Concurrency
 )
 
+// String returns the kind's algorithm name ("token_bucket",
+// "sliding_window", "fixed_window", "concurrency"), which ParseKind parses
+// back; "unknown" for a value that is no Kind constant.
 func (k Kind) String() string {
 	switch k {
 	case TokenBucket:
@@ -136,13 +144,19 @@ type keyPart struct {
 type CostRule struct {
 	When map[string]string
 	Cost int64
-	Line int
+	Line int // where the rule starts in the file
+
+	costLine, costColumn int // where its cost is
 }
 
 // Policy is a loaded, validated policy. It is immutable.
 type Policy struct {
 	Limits []*Limit
 	Costs  []CostRule
+	// Redact lists, in file order and without repeats, the descriptors
+	// whose values are shown only as a short hash in logs and key listings
+	// (see DisplayKey). Keys in the store are not affected.
+	Redact []string
 	// Version is a hash of the file's content (sha256, first 16 hex digits).
 	Version string
 	// Source is the file's text.
@@ -157,6 +171,8 @@ type Error struct {
 	Msg          string
 }
 
+// Error formats e as `line L, column C: limit "x": field "f": msg`, leaving
+// out the column, limit and field when they are not known.
 func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "line %d", e.Line)
@@ -172,20 +188,31 @@ func (e *Error) Error() string {
 	return b.String() + ": " + e.Msg
 }
 
-// Errors is every validation error of a file, in file order.
+// Errors is every validation error of a file, in file order (by line,
+// then column). A problem that does not follow from another is reported
+// even when the other is.
 type Errors []*Error
 
+// Error is one problem a line: "policy: " and the problem when there is
+// one, else a line "policy: N problems:" followed by each problem on its
+// own line, indented by two spaces.
 func (es Errors) Error() string {
-	s := make([]string, len(es))
-	for i, e := range es {
-		s[i] = e.Error()
+	if len(es) == 1 {
+		return "policy: " + es[0].Error()
 	}
-	return "policy: " + strings.Join(s, "; ")
+	var b strings.Builder
+	fmt.Fprintf(&b, "policy: %d problems:", len(es))
+	for _, e := range es {
+		b.WriteString("\n  ")
+		b.WriteString(e.Error())
+	}
+	return b.String()
 }
 
 // ErrInvalid is matched (errors.Is) by every error Load and Parse return.
 var ErrInvalid = errors.New("invalid policy")
 
+// Is reports whether target is ErrInvalid.
 func (es Errors) Is(target error) bool { return target == ErrInvalid }
 
 // Load reads and parses the policy file at path.
@@ -213,9 +240,9 @@ func Parse(src []byte) (*Policy, error) {
 	p := &Policy{Source: append([]byte(nil), src...)}
 	sum := sha256.Sum256(src)
 	p.Version = hex.EncodeToString(sum[:8])
-	v := &validator{}
+	v := &validator{names: map[string]int{}}
 	if len(doc.Content) == 0 {
-		v.add(&Error{Line: 1, Msg: "empty policy: it needs a limits list"})
+		v.add(&Error{Line: 1, Column: 1, Msg: "empty policy: it needs a limits list"})
 		return nil, v.errs
 	}
 	root := doc.Content[0]
@@ -223,57 +250,9 @@ func Parse(src []byte) (*Policy, error) {
 		v.at(root, "", "", "the policy must be a mapping with a limits list")
 		return nil, v.errs
 	}
-	seenLimits := false
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, val := root.Content[i], root.Content[i+1]
-		switch k.Value {
-		case "limits":
-			seenLimits = true
-			if val.Kind != yaml.SequenceNode {
-				v.at(val, "", "limits", "must be a list")
-				continue
-			}
-			for _, n := range val.Content {
-				if l := v.limit(n); l != nil {
-					p.Limits = append(p.Limits, l)
-				}
-			}
-		case "costs":
-			if val.Kind != yaml.SequenceNode {
-				v.at(val, "", "costs", "must be a list")
-				continue
-			}
-			for _, n := range val.Content {
-				if c, ok := v.cost(n); ok {
-					p.Costs = append(p.Costs, c)
-				}
-			}
-		default:
-			v.at(k, "", k.Value, "unknown field (want limits, costs)")
-		}
-	}
-	if !seenLimits {
-		v.add(&Error{Line: root.Line, Column: root.Column, Msg: "missing limits list"})
-	}
-	names := map[string]int{}
-	for _, l := range p.Limits {
-		if prev, dup := names[l.Name]; dup {
-			v.add(&Error{Line: l.Line, Limit: l.Name, Field: "name", Msg: fmt.Sprintf("duplicate name (first at line %d)", prev)})
-		}
-		names[l.Name] = l.Line
-	}
-	for _, c := range p.Costs {
-		for _, l := range p.Limits {
-			if l.Kind != Concurrency && c.Cost > l.Capacity() && alwaysHits(c.When, l) {
-				v.add(&Error{Line: c.Line, Field: "cost", Msg: fmt.Sprintf(
-					"cost %d exceeds the capacity %d of limit %q (line %d), which every request of this class hits: they could never be admitted",
-					c.Cost, l.Capacity(), l.Name, l.Line)})
-			}
-		}
-	}
+	v.policy(root, p)
 	if len(v.errs) > 0 {
-		sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].Line < v.errs[j].Line })
-		return nil, v.errs
+		return nil, v.sorted()
 	}
 	return p, nil
 }
@@ -311,282 +290,6 @@ func yamlError(err error) *Error {
 		}
 	}
 	return &Error{Line: line, Msg: "YAML: " + msg}
-}
-
-type validator struct{ errs Errors }
-
-func (v *validator) add(e *Error) { v.errs = append(v.errs, e) }
-
-func (v *validator) at(n *yaml.Node, limit, field, msg string) {
-	v.add(&Error{Line: n.Line, Column: n.Column, Limit: limit, Field: field, Msg: msg})
-}
-
-func (v *validator) limit(n *yaml.Node) *Limit {
-	if n.Kind != yaml.MappingNode {
-		v.at(n, "", "", "a limit must be a mapping")
-		return nil
-	}
-	l := &Limit{Line: n.Line}
-	fields := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		if k.Value == "name" {
-			l.Name = val.Value
-		}
-		if _, dup := fields[k.Value]; dup {
-			v.at(k, "", k.Value, "given twice")
-		}
-		fields[k.Value] = val
-	}
-	name := l.Name
-	errs := len(v.errs)
-	bad := func(field, format string, args ...any) {
-		node := fields[field]
-		if node == nil {
-			node = n
-		}
-		v.at(node, name, field, fmt.Sprintf(format, args...))
-	}
-	str := func(field string) (string, bool) {
-		node := fields[field]
-		if node == nil {
-			return "", false
-		}
-		if node.Kind != yaml.ScalarNode {
-			bad(field, "must be a scalar")
-			return "", false
-		}
-		return node.Value, true
-	}
-	integer := func(field string) (int64, bool) {
-		s, ok := str(field)
-		if !ok {
-			return 0, false
-		}
-		x, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
-		if err != nil {
-			bad(field, "%q is not a whole number", s)
-			return 0, false
-		}
-		return x, true
-	}
-	duration := func(field string) (time.Duration, bool) {
-		s, ok := str(field)
-		if !ok {
-			return 0, false
-		}
-		d, err := parseDuration(s)
-		if err != nil {
-			bad(field, "%v", err)
-			return 0, false
-		}
-		return d, true
-	}
-	allowed := map[string]bool{"name": true, "key": true, "when": true, "algorithm": true, "on_store_error": true, "hash_tag": true}
-	if name == "" {
-		bad("name", "missing or empty name")
-	} else if !validName(name) {
-		bad("name", "name %q must be letters, digits, _ - or .", name)
-	}
-	key, ok := str("key")
-	if !ok || key == "" {
-		bad("key", "missing or empty key template")
-	} else if parts, ph, err := parseKey(key); err != nil {
-		bad("key", "%v", err)
-	} else {
-		l.Key, l.params, l.placeh = key, parts, ph
-	}
-	if tag, ok := str("hash_tag"); ok {
-		parts, ph, err := parseKey(tag)
-		switch {
-		case tag == "":
-			bad("hash_tag", "empty hash_tag (omit the field instead)")
-		case err != nil:
-			bad("hash_tag", "%v", err)
-		default:
-			for _, n := range ph {
-				if !slices.Contains(l.placeh, n) {
-					bad("hash_tag", "placeholder {%s} is not in the key template %q", n, key)
-				}
-			}
-			l.HashTag, l.tag = tag, parts
-		}
-	}
-	if w := fields["when"]; w != nil {
-		l.When = v.stringMap(w, name, "when")
-	}
-	algo, _ := str("algorithm")
-	_, hasInFlight := fields["max_in_flight"]
-	switch {
-	case hasInFlight:
-		l.Kind = Concurrency
-		if algo != "" {
-			bad("algorithm", "a max_in_flight limit takes no algorithm")
-		}
-	case algo == "" || algo == "token_bucket":
-		l.Kind = TokenBucket
-	case algo == "sliding_window":
-		l.Kind = SlidingWindow
-	case algo == "fixed_window":
-		l.Kind = FixedWindow
-	default:
-		bad("algorithm", "unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", algo)
-	}
-	switch l.Kind {
-	case TokenBucket:
-		for _, f := range []string{"capacity", "refill_per_second", "refill"} {
-			allowed[f] = true
-		}
-		c, ok := integer("capacity")
-		if !ok && fields["capacity"] == nil {
-			bad("capacity", "missing capacity")
-		}
-		_, hasRate := fields["refill_per_second"]
-		_, hasRefill := fields["refill"]
-		var rate float64
-		switch {
-		case hasRate && hasRefill:
-			bad("refill", "give refill_per_second or refill, not both")
-		case hasRate:
-			s, _ := str("refill_per_second")
-			r, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				bad("refill_per_second", "%q is not a number", s)
-			}
-			rate = r
-		case hasRefill:
-			s, _ := str("refill")
-			r, err := ParseRate(s)
-			if err != nil {
-				bad("refill", "%v", err)
-			}
-			rate = r
-		default:
-			bad("refill_per_second", "missing refill_per_second (or refill)")
-		}
-		if ok && (hasRate || hasRefill) && len(v.errs) == errs {
-			l.Bucket = bucket.Limit{Capacity: c, Rate: rate}
-			if err := l.Bucket.Validate(); err != nil {
-				field := "refill_per_second"
-				if c < 1 || strings.Contains(err.Error(), "capacity") {
-					field = "capacity"
-				}
-				if hasRefill && field != "capacity" {
-					field = "refill"
-				}
-				bad(field, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
-			}
-		}
-	case SlidingWindow, FixedWindow:
-		allowed["limit"], allowed["window"] = true, true
-		n, ok1 := integer("limit")
-		if fields["limit"] == nil {
-			bad("limit", "missing limit")
-		}
-		w, ok2 := duration("window")
-		if fields["window"] == nil {
-			bad("window", "missing window")
-		}
-		if ok1 && ok2 {
-			l.Window = window.Limit{Limit: n, Window: w}
-			if n < 1 {
-				bad("limit", "limit %d must be at least 1", n)
-			}
-			if w <= 0 {
-				bad("window", "window %v must be positive", w)
-			}
-		}
-	case Concurrency:
-		allowed["max_in_flight"], allowed["lease_ttl"] = true, true
-		m, ok := integer("max_in_flight")
-		if ok && m < 1 {
-			bad("max_in_flight", "max_in_flight %d must be at least 1", m)
-		}
-		l.MaxInFlight = m
-		ttl, ok := duration("lease_ttl")
-		switch {
-		case fields["lease_ttl"] == nil:
-			bad("lease_ttl", "missing lease_ttl (how long an unreleased lease holds its slot)")
-		case ok && ttl <= 0:
-			bad("lease_ttl", "lease_ttl %v must be positive", ttl)
-		}
-		l.LeaseTTL = ttl
-	}
-	if s, ok := str("on_store_error"); ok {
-		switch s {
-		case "fail_open", "fail_closed", "local":
-			l.OnStoreError = s
-		default:
-			bad("on_store_error", "%q is not fail_open, fail_closed or local", s)
-		}
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		if !allowed[k.Value] {
-			v.at(k, name, k.Value, fmt.Sprintf("unknown field for a %s limit", l.Kind))
-		}
-	}
-	if len(v.errs) > errs {
-		return nil
-	}
-	for k := range l.When {
-		if !validName(k) {
-			bad("when", "descriptor name %q must be letters, digits, _ or -", k)
-		}
-	}
-	return l
-}
-
-func (v *validator) stringMap(n *yaml.Node, limit, field string) map[string]string {
-	if n.Kind != yaml.MappingNode {
-		v.at(n, limit, field, "must be a mapping of descriptor: value")
-		return nil
-	}
-	m := map[string]string{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		if val.Kind != yaml.ScalarNode {
-			v.at(val, limit, field, fmt.Sprintf("value of %q must be a scalar", k.Value))
-			continue
-		}
-		m[k.Value] = val.Value
-	}
-	return m
-}
-
-func (v *validator) cost(n *yaml.Node) (CostRule, bool) {
-	c := CostRule{Line: n.Line}
-	if n.Kind != yaml.MappingNode {
-		v.at(n, "", "costs", "a cost rule must be a mapping with when and cost")
-		return c, false
-	}
-	errs := len(v.errs)
-	hasCost := false
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		switch k.Value {
-		case "when":
-			c.When = v.stringMap(val, "", "when")
-		case "cost":
-			hasCost = true
-			x, err := strconv.ParseInt(val.Value, 10, 64)
-			if err != nil || val.Kind != yaml.ScalarNode {
-				v.at(val, "", "cost", fmt.Sprintf("%q is not a whole number", val.Value))
-			} else if x < 1 {
-				v.at(val, "", "cost", fmt.Sprintf("cost %d must be at least 1", x))
-			}
-			c.Cost = x
-		default:
-			v.at(k, "", k.Value, "unknown field in a cost rule (want when, cost)")
-		}
-	}
-	if !hasCost {
-		v.at(n, "", "cost", "missing cost")
-	}
-	if len(c.When) == 0 && len(v.errs) == errs {
-		v.at(n, "", "when", "a cost rule needs a non-empty when")
-	}
-	return c, len(v.errs) == errs
 }
 
 func validName(s string) bool {
@@ -634,8 +337,9 @@ func parseKey(t string) ([]keyPart, []string, error) {
 
 // Match reports whether l applies to a request with these descriptors and,
 // if so, returns its bucket key: the template with each placeholder
-// replaced by the descriptor's value (with "%" and ":" escaped, so that
-// distinct descriptor sets never share a key).
+// replaced by the descriptor's value, with "%", ":", "{" and "}" written
+// as "%25", "%3A", "%7B" and "%7D" (so that distinct descriptor sets never
+// share a key, and a value cannot change the key's hash tag).
 func (l *Limit) Match(desc map[string]string) (string, bool) {
 	b, ok := l.AppendKey(nil, desc)
 	return string(b), ok
@@ -644,6 +348,12 @@ func (l *Limit) Match(desc map[string]string) (string, bool) {
 // AppendKey is Match appending the key to dst (no allocation when dst has
 // room); on false dst is returned unchanged.
 func (l *Limit) AppendKey(dst []byte, desc map[string]string) ([]byte, bool) {
+	return l.appendKey(dst, desc, nil)
+}
+
+// appendKey is AppendKey, with the values of the descriptors that redact
+// redacts (when it is not nil) rendered by appendRedacted.
+func (l *Limit) appendKey(dst []byte, desc map[string]string, redact *Policy) ([]byte, bool) {
 	if !matches(l.When, desc) {
 		return dst, false
 	}
@@ -657,7 +367,11 @@ func (l *Limit) AppendKey(dst []byte, desc map[string]string) ([]byte, bool) {
 		if !ok {
 			return dst[:n], false
 		}
-		dst = appendEscaped(dst, val)
+		if redact != nil && redact.Redacts(p.name) {
+			dst = appendRedacted(dst, val)
+		} else {
+			dst = appendEscaped(dst, val)
+		}
 	}
 	return dst, true
 }

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestErrorsNameLineLimitField(t *testing.T) {
 		{"limits:\n  - name: a\n    key: x\n    capacity: 10\n    refill_per_second: 1\n    capcity: 3\n",
 			`line 6, column 5: limit "a": field "capcity": unknown field for a token_bucket limit`},
 		{"limits:\n  - name: a\n    key: x\n    capacity: 10\n    refill_per_second: 1\n  - name: a\n    key: y\n    capacity: 1\n    refill_per_second: 1\n",
-			`line 6: limit "a": field "name": duplicate name (first at line 2)`},
+			`line 6, column 11: limit "a": field "name": duplicate name (first at line 2)`},
 		{"limits:\n  - name: a\n    capacity: 10\n    refill_per_second: 1\n",
 			`limit "a": field "key": missing or empty key template`},
 		{"limits:\n  - name: a\n    key: \"t:{tenant\"\n    capacity: 10\n    refill_per_second: 1\n",
@@ -85,9 +86,9 @@ func TestErrorsNameLineLimitField(t *testing.T) {
 		{"limits:\n  - name: w\n    key: x\n    algorithm: leaky\n",
 			`field "algorithm": unknown algorithm "leaky"`},
 		{"limits:\n  - name: a\n    key: x\n    capacity: 10\n    refill_per_second: 1\ncosts:\n  - when: {route: /e}\n    cost: 11\n",
-			`line 7: field "cost": cost 11 exceeds the capacity 10 of limit "a" (line 2), which every request of this class hits`},
+			`line 8, column 11: field "cost": cost 11 exceeds the capacity 10 of limit "a" (line 2), which every request of this class hits`},
 		{"limits:\n  - name: a\n    key: \"r:{route}\"\n    when: {route: /e}\n    capacity: 10\n    refill_per_second: 1\ncosts:\n  - when: {route: /e}\n    cost: 11\n",
-			`line 8: field "cost": cost 11 exceeds the capacity 10 of limit "a" (line 2)`},
+			`line 9, column 11: field "cost": cost 11 exceeds the capacity 10 of limit "a" (line 2)`},
 		{"limits:\n  - name: c\n    key: x\n    max_in_flight: 0\n    lease_ttl: 1s\n",
 			`field "max_in_flight": max_in_flight 0 must be at least 1`},
 		{"limits: [\n", `line 1: YAML: did not find expected node content`},
@@ -118,6 +119,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("limits:\n  - name: a\n    key: \"t:{x}\"\n    capacity: 3\n    refill: 1/s\n"))
 	f.Add([]byte("limits:\n  - name: w\n    key: u\n    algorithm: sliding_window\n    limit: 5\n    window: 7d\ncosts:\n  - when: {a: b}\n    cost: 2\n"))
 	f.Add([]byte("limits: [{name: c, key: k, max_in_flight: 2, lease_ttl: 1s}]"))
+	f.Add([]byte("redact: [x]\nlimits: [{name: a, key: \"k:{x}:{a}\", capacity: 3, refill_per_second: 1}]\n"))
+	f.Add([]byte("limits:\n  - {name: a, key: x, capacity: 0, refil: 1/s, algorithm: slidng_window}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		p, err := policy.Parse(src)
 		if err != nil {
@@ -133,7 +136,12 @@ func FuzzParse(f *testing.F) {
 			if l.Kind == policy.TokenBucket && l.Bucket.Validate() != nil {
 				t.Fatalf("invalid bucket accepted: %+v", l.Bucket)
 			}
-			l.Match(map[string]string{"x": "1", "a": "b"})
+			desc := map[string]string{"x": "1:%{", "a": "b"}
+			key, ok := l.Match(desc)
+			shown, shownOK := p.DisplayKey(l, desc)
+			if ok != shownOK || !slices.ContainsFunc(l.Placeholders(), p.Redacts) && shown != key {
+				t.Fatalf("Match %q %v, DisplayKey %q %v", key, ok, shown, shownOK)
+			}
 		}
 	})
 }
