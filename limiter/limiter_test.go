@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -449,5 +450,36 @@ limits:
 	}
 	if fmt.Sprint(ks.keys) != fmt.Sprint(want) {
 		t.Fatalf("CheckMany keys %q, want %q", ks.keys, want)
+	}
+}
+
+// On a refusal nothing is taken, and every status reports its limit as it
+// is, with allowed saying whether that limit alone would have admitted:
+// the example policy's tenant_api (100, 20/s) and tenant_export (60, 1/s).
+func TestRefusalReportsLimitsAsTheyAre(t *testing.T) {
+	c := sluice.NewManualClock(epoch)
+	raw, err := os.ReadFile("../examples/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limiterOver(t, string(raw), memstore.New(memstore.WithClock(c)))
+	desc := map[string]string{"tenant": "t1", "route": "/export"}
+	if r := check(t, l, limiter.Request{Descriptors: desc, Cost: 50}); !r.Allowed {
+		t.Fatalf("first: %+v", r)
+	}
+	c.Advance(time.Second)
+	r := check(t, l, limiter.Request{Descriptors: desc, Cost: 30})
+	peek := check(t, l, limiter.Request{Descriptors: desc, Peek: true})
+	if r.Allowed {
+		t.Fatalf("30 more on tenant_export (11 left) was admitted: %+v", r)
+	}
+	for _, name := range []string{"global", "tenant_api", "tenant_export"} {
+		got, want := status(r, name), status(peek, name)
+		if got.TokensRemaining != want.TokensRemaining || got.Allowed != (name != "tenant_export") {
+			t.Errorf("%s in the refusal: %d left, allowed %v; a peek right after: %d left", name, got.TokensRemaining, got.Allowed, want.TokensRemaining)
+		}
+	}
+	if got := status(r, "tenant_api").TokensRemaining; got != 70 {
+		t.Errorf("tenant_api: %d left, want 70 (100 - 50 + 20)", got)
 	}
 }

@@ -80,8 +80,10 @@ type Item struct {
 	Key  string
 	Spec *Spec
 	Cost int64
-	// Decision is set by Take. For a refused request an item that could
-	// have admitted reports Allowed true: the refused items say why.
+	// Decision is set by Take. When the request is refused nothing is
+	// taken, and every item reports its state as it is (a peek's
+	// Remaining and ResetAfter); Allowed then says whether that item alone
+	// would have admitted, so the refused items say why.
 	Decision sluice.Decision
 	// RefundBefore is set by Take on an admitted request: the time (Unix
 	// ns, the store's clock) before which Adjust can return this item's

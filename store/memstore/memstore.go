@@ -238,8 +238,12 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 		}
 	}
 	if !res.Allowed {
-		if borrowed {
-			for i := range items {
+		for i := range items {
+			if it := &items[i]; it.Decision.Allowed && it.Cost > 0 {
+				// Nothing was taken: report this item's state as it is.
+				it.Decision = s.peek(&s.shards[itemShard[i]], *it, ents[i], d, wall)
+			}
+			if borrowed {
 				ownKey(&items[i], ents[i]) // (nil for Concurrency items)
 			}
 		}
@@ -332,6 +336,24 @@ func (s *Store) insert(shd *shard, h uint64, key string, e entry, borrowed bool)
 		s.keys.Add(1)
 	}
 	return p
+}
+
+// peek is item it's decision at cost 0 (its state as it is), for a refused
+// request whose other items refused: e is its entry (nil: none).
+func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice.Decision {
+	it.Cost = 0
+	if it.Spec.Kind == store.Concurrency {
+		return s.peekSlots(shd, it, d)
+	}
+	if e != nil && e.key != it.Key {
+		e = nil // evicted to make room (it was idle: the same as new)
+	}
+	var cur entry
+	if e != nil {
+		cur = e.entry
+	}
+	_, dec := step(it, cur, e != nil, d, s.wall(wall, d))
+	return dec
 }
 
 // takeSlot takes an in-flight slot for a Concurrency item (whose key the

@@ -709,8 +709,45 @@ func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]in
 		// Undo what the slots that admitted took (with a fresh deadline:
 		// the refund matters even if the caller gave up).
 		s.undo(items, groups, okGroup, lease)
+		if firstErr == nil {
+			s.peekAdmitted(ctx, items, groups, okGroup)
+		}
 	}
 	return allowed, firstErr
+}
+
+// peekAdmitted replaces the decisions of the slots that admitted a request
+// refused elsewhere (and were refunded) by their state as it is now, as a
+// refusal on one slot reports it: one peek per such slot, in parallel. A
+// slot whose peek fails reports what it took added back to its Remaining.
+func (s *Store) peekAdmitted(ctx context.Context, items []store.Item, groups [][]int, ok []bool) {
+	var wg sync.WaitGroup
+	for g, idx := range groups {
+		if !ok[g] {
+			continue
+		}
+		c := &call{}
+		for _, i := range idx {
+			c.items = append(c.items, store.Item{Key: items[i].Key, Spec: items[i].Spec})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.run(ctx, []*call{c})
+			for j, i := range idx {
+				it := &items[i]
+				if c.err == nil {
+					it.Decision = c.items[j].Decision
+				} else if it.Spec.Kind == store.Concurrency && it.Cost > 0 {
+					it.Decision.Remaining++
+				} else {
+					it.Decision.Remaining += it.Cost
+				}
+				it.Decision.Allowed, it.Decision.RetryAfter = true, 0
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // groups splits item indexes by hash slot (one group on a single Redis).

@@ -38,78 +38,100 @@ local out = {0, nowhex}
 local no = 2 -- values in out
 local oks, rems, retries, resets = {}, {}, {}, {} -- a request's items' decisions
 local pend = {} -- a request's items' writes (reused: every request sets its own)
+local items, costs = {}, {} -- a request's items' specs and costs (likewise)
+local lease -- the request's lease id
 local wt, wh, wl, wp, wr, we = {}, {}, {}, {}, {}, {} -- double-path writes, by KEYS index
 local fastn = 0
 local k = 0
 local nreq = tonumber(ARGV[a])
 a = a + 1
+-- decide decides one item (KEYS index k, its place i in the request):
+-- allowed, remaining, retry, reset, and what to write if the request is
+-- admitted (i for a double-path bucket, whose write is in the batch's
+-- arrays; else a function; nil for nothing).
+local function decide(sp, key, costn, cs, k, i)
+  local kind = sp.kind
+  local ok, rem, retry, reset, save1
+  if kind == 'b' then
+    local fast = false
+    local F = sp.F
+    if F and costn then
+      local has, tat, oh, ol, ph, oldexp = fload(redis.call('GET', key))
+      if has ~= false then
+        local t2, h2, l2, p2
+        ok, rem, retry, reset, t2, h2, l2, p2 = fbucket(F, has, tat, oh, ol, ph, nh, nl, costn)
+        if ok ~= nil then
+          fast = true
+          fastn = fastn + 1
+          save1 = i -- the double path's write, kept in the batch's arrays
+          wt[k], wh[k], wl[k], wp[k], wr[k], we[k] = t2, h2, l2, p2, reset, oldexp or false
+        end
+      end
+    end
+    if not fast then
+      ok, rem, retry, reset, save1 = limbs().bucket(sp.at, key, costn, cs, nowhex, expire)
+    end
+  elseif kind == 's' or kind == 'f' then
+    ok, rem, retry, reset, save1 = limbs().window(kind, sp.at, key, costn, cs, nowhex, expire)
+  else
+    -- concurrency: a sorted set of lease ids scored by expiry (Unix us)
+    local max, ttl = tonumber(ARGV[sp.at]), tonumber(ARGV[sp.at + 1])
+    local x = nh * 296 + nl -- ns = nh*2^32 + nl = nh*(4294967*1000 + 296) + nl
+    local q = floor(x / 1000)
+    local r = x - q * 1000
+    local us = nh * 4294967 + q
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', us))
+    local live = redis.call('ZCARD', key)
+    local take = 0
+    if costn ~= 0 then take = 1 end
+    local last = 0
+    if live > 0 then last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
+    retry, reset = 0, 0
+    if live + take <= max then
+      ok, rem = true, max - live - take
+      if take > 0 then last = us + ttl end
+    else
+      ok, rem = false, 0
+      local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+      retry = (first - us) * 1000 - r
+    end
+    if last > us then reset = (last - us) * 1000 - r end
+    if take > 0 then
+      save1 = function()
+        redis.call('ZADD', key, string.format('%d', us + ttl), lease)
+        if expire then redis.call('PEXPIRE', key, string.format('%d', math.ceil(ttl / 1000) + 1)) end
+      end
+    end
+  end
+  if costn == 0 then save1 = nil end -- a peek writes nothing
+  return ok, rem, retry, reset, save1
+end
+
 for req = 1, nreq do
-  local lease, m = ARGV[a], tonumber(ARGV[a + 1])
+  lease = ARGV[a]
+  local m = tonumber(ARGV[a + 1])
   a = a + 2
   local k0 = k -- KEYS index before this request's first item
   local all = true
   for i = 1, m do
     k = k + 1
-    local sp, cs, key = specs[tonumber(ARGV[a])], ARGV[a + 1], KEYS[k]
+    local sp, cs = specs[tonumber(ARGV[a])], ARGV[a + 1]
+    items[i], costs[i] = sp, cs
     a = a + 2
-    local kind = sp.kind
-    local costn = tonumber(cs) -- the cost as a number (nil: 'x' and hex, 2^53 or more)
-    local ok, rem, retry, reset, save1
-    if kind == 'b' then
-      local fast = false
-      local F = sp.F
-      if F and costn then
-        local has, tat, oh, ol, ph, oldexp = fload(redis.call('GET', key))
-        if has ~= false then
-          local t2, h2, l2, p2
-          ok, rem, retry, reset, t2, h2, l2, p2 = fbucket(F, has, tat, oh, ol, ph, nh, nl, costn)
-          if ok ~= nil then
-            fast = true
-            fastn = fastn + 1
-            save1 = i -- the double path's write, kept in the batch's arrays
-            wt[k], wh[k], wl[k], wp[k], wr[k], we[k] = t2, h2, l2, p2, reset, oldexp or false
-          end
-        end
-      end
-      if not fast then
-        ok, rem, retry, reset, save1 = limbs().bucket(sp.at, key, costn, cs, nowhex, expire)
-      end
-    elseif kind == 's' or kind == 'f' then
-      ok, rem, retry, reset, save1 = limbs().window(kind, sp.at, key, costn, cs, nowhex, expire)
-    else
-      -- concurrency: a sorted set of lease ids scored by expiry (Unix us)
-      local max, ttl = tonumber(ARGV[sp.at]), tonumber(ARGV[sp.at + 1])
-      local x = nh * 296 + nl -- ns = nh*2^32 + nl = nh*(4294967*1000 + 296) + nl
-      local q = floor(x / 1000)
-      local r = x - q * 1000
-      local us = nh * 4294967 + q
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', us))
-      local live = redis.call('ZCARD', key)
-      local take = 0
-      if costn ~= 0 then take = 1 end
-      local last = 0
-      if live > 0 then last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
-      retry, reset = 0, 0
-      if live + take <= max then
-        ok, rem = true, max - live - take
-        if take > 0 then last = us + ttl end
-      else
-        ok, rem = false, 0
-        local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
-        retry = (first - us) * 1000 - r
-      end
-      if last > us then reset = (last - us) * 1000 - r end
-      if take > 0 then
-        save1 = function()
-          redis.call('ZADD', key, string.format('%d', us + ttl), lease)
-          if expire then redis.call('PEXPIRE', key, string.format('%d', math.ceil(ttl / 1000) + 1)) end
-        end
-      end
-    end
+    local ok, rem, retry, reset, save1 = decide(sp, KEYS[k], tonumber(cs), cs, k, i)
     if not ok then all = false end
-    if costn == 0 then save1 = nil end -- a peek writes nothing
     pend[i] = save1
     oks[i], rems[i], retries[i], resets[i] = ok, rem, retry, reset
+  end
+  if not all then
+    -- Refused: nothing is taken, so the items that alone would admit
+    -- report their state as it is (a peek).
+    for i = 1, m do
+      if oks[i] and tonumber(costs[i]) ~= 0 then
+        local _
+        _, rems[i], retries[i], resets[i] = decide(items[i], KEYS[k0 + i], 0, '0', k0 + i, i)
+      end
+    end
   end
   if all then
     for i = 1, m do

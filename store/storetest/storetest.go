@@ -22,22 +22,43 @@ type Factory func(t *testing.T, clock sluice.Clock) store.Store
 // Epoch is the manual clock's start in the suite (aligned to whole seconds).
 var Epoch = time.Unix(1_800_000_000, 0)
 
-// Run runs the conformance suite.
-func Run(t *testing.T, newStore Factory) {
-	for name, test := range map[string]func(*testing.T, Factory){
-		"BucketVector":         testBucketVector,
-		"AllOrNothing":         testAllOrNothing,
-		"RetryAfterIsTheMax":   testRetryAfterMax,
-		"SlidingWindow":        testSlidingWindow,
-		"FixedWindow":          testFixedWindow,
-		"Concurrency":          testConcurrency,
-		"PeekTakesNothing":     testPeek,
-		"InvalidItems":         testInvalid,
-		"ConcurrentExact":      testConcurrentExact,
-		"IdenticalToPureModel": testIdenticalToModel,
-		"Adjust":               testAdjust,
+// Option adjusts Run.
+type Option func(map[string]string)
+
+// Skip leaves case name out of the run, for a store to which its rule
+// cannot apply; why is logged with the skip (a reduced suite says why).
+func Skip(name, why string) Option { return func(m map[string]string) { m[name] = why } }
+
+// Run runs the conformance suite, its cases in a fixed order, each named
+// after the rule it checks.
+func Run(t *testing.T, newStore Factory, opts ...Option) {
+	skip := map[string]string{}
+	for _, o := range opts {
+		o(skip)
+	}
+	for _, c := range []struct {
+		name string
+		test func(*testing.T, Factory)
+	}{
+		{"BucketVector", testBucketVector},
+		{"AllOrNothing", testAllOrNothing},
+		{"RefusalReportsStateAsIs", testRefusalReportsState},
+		{"RetryAfterIsTheMax", testRetryAfterMax},
+		{"SlidingWindow", testSlidingWindow},
+		{"FixedWindow", testFixedWindow},
+		{"Concurrency", testConcurrency},
+		{"PeekTakesNothing", testPeek},
+		{"InvalidItems", testInvalid},
+		{"ConcurrentExact", testConcurrentExact},
+		{"IdenticalToPureModel", testIdenticalToModel},
+		{"Adjust", testAdjust},
 	} {
-		t.Run(name, func(t *testing.T) { test(t, newStore) })
+		t.Run(c.name, func(t *testing.T) {
+			if why, ok := skip[c.name]; ok {
+				t.Skip("not applicable to this store: " + why)
+			}
+			c.test(t, newStore)
+		})
 	}
 }
 
@@ -138,6 +159,44 @@ func testAllOrNothing(t *testing.T, f Factory) {
 	}
 	if peek := take(t, s, store.Item{Key: "global", Spec: global}); peek.Decisions[0].Remaining != 97 {
 		t.Fatalf("global: %d left, want 97", peek.Decisions[0].Remaining)
+	}
+}
+
+// Rule: when a request is refused nothing is taken, and every item reports
+// its state as it is (what a peek reports: Remaining, ResetAfter), with
+// Allowed saying whether that item alone would have admitted.
+func testRefusalReportsState(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	big, small := spec(t, 100, 20), spec(t, 60, 1)
+	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 100, Window: time.Minute}}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Minute}
+	items := func(cost int64) []store.Item {
+		return []store.Item{{Key: "tenant", Spec: big, Cost: cost}, {Key: "export", Spec: small, Cost: cost},
+			{Key: "w", Spec: win, Cost: cost}, {Key: "c", Spec: conc, Cost: cost}}
+	}
+	if r := take(t, s, items(50)...); !r.Allowed {
+		t.Fatalf("rule: a first request within every limit is admitted: %+v", r)
+	}
+	c.Advance(time.Second)
+	peekItems := items(0)
+	peek := take(t, s, peekItems...)
+	r := take(t, s, items(30)...) // refused by export (10 + 1 left), admitted by the others alone
+	if r.Allowed || r.Lease.ID != "" {
+		t.Fatalf("rule: a request over one limit is refused and takes nothing: %+v", r)
+	}
+	for i, d := range r.Decisions {
+		want := peek.Decisions[i]
+		wantAllowed := i != 1
+		if d.Allowed != wantAllowed || d.Remaining != want.Remaining || d.ResetAfter != want.ResetAfter {
+			t.Errorf("rule: a refusal reports each item's state as it is (a peek's) and whether it alone would admit: item %d: got %+v, peek %+v, want allowed %v",
+				i, d, want, wantAllowed)
+		}
+		if i != 1 && d.RetryAfter != 0 {
+			t.Errorf("rule: an item that alone would admit reports no wait: item %d: %+v", i, d)
+		}
+	}
+	if after := take(t, s, items(0)...); after.Decisions[0].Remaining != peek.Decisions[0].Remaining || after.Decisions[3].Remaining != 4 {
+		t.Errorf("rule: a refused request takes nothing: before %+v, after %+v", peek.Decisions, after.Decisions)
 	}
 }
 
