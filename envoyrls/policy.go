@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/bits"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -12,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/limiter"
 )
 
@@ -66,84 +67,94 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 	case errors.As(err, &ce):
 		// It can never be admitted: over limit, and nothing was taken.
 		resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OVER_LIMIT}
+		var rate float64
+		if l := s.l.Policy().Limit(ce.Limit); l != nil {
+			rate = l.Bucket.Rate
+		}
+		rpu, unit := RateUnit(rate)
 		for range reqs {
 			resp.Statuses = append(resp.Statuses, &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OVER_LIMIT,
-				CurrentLimit: &rls.RateLimitResponse_RateLimit{Name: ce.Limit, RequestsPerUnit: uint32(min(ce.Capacity, math.MaxUint32))}})
+				CurrentLimit: &rls.RateLimitResponse_RateLimit{Name: ce.Limit, RequestsPerUnit: rpu, Unit: unit}})
 		}
 		return resp, nil
-	case errors.Is(err, sluice.ErrInvalidCost):
-		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
+		p := answer.Classify(err)
+		return nil, status.Error(codes.Code(p.GRPC), p.Msg)
 	}
 	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK}
 	if !res.Allowed {
 		resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
 	}
-	var worst limiter.Result
+	var all []answer.Limit
 	for _, r := range res.Results {
 		st := &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
 		if !r.Allowed {
 			st.Code = rls.RateLimitResponse_OVER_LIMIT
 		}
-		if b, ok := tightest(r); ok {
-			st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: b.Name, RequestsPerUnit: uint32(min(b.Capacity, math.MaxUint32)), Unit: unitOf(b)}
-			st.LimitRemaining = uint32(min(max(b.TokensRemaining, 0), math.MaxUint32))
-			wait := b.ResetAfter
-			if !b.Allowed {
-				wait = b.RetryAfter
+		from := len(all)
+		all = answer.FromResult(all, r)
+		if i := answer.Tightest(all[from:]); i >= 0 {
+			b, lim := r.Limits[i], all[from+i]
+			rpu, unit := RateUnit(b.RefillPerSecond)
+			st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: b.Name, RequestsPerUnit: rpu, Unit: unit}
+			st.LimitRemaining = uint32(min(max(lim.Remaining, 0), math.MaxUint32))
+			wait := lim.ResetAfter
+			if !lim.Allowed {
+				wait = lim.RetryAfter
 			}
 			st.DurationUntilReset = durationpb.New(wait)
 		}
 		resp.Statuses = append(resp.Statuses, st)
-		worst.Limits = append(worst.Limits, r.Limits...)
 	}
-	if pol, rl, ok := httplimit.RateLimitHeaders(worst); ok {
-		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: pol}, {Key: "RateLimit", Value: rl}}
+	if h := answer.HeadersOf(all, true, 0); h.Policy != "" {
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: h.Policy}, {Key: "RateLimit", Value: h.RateLimit}}
 	}
 	return resp, nil
 }
 
-// tightest is a result's most constraining limit: a refused one with the
-// longest wait, else the one with the least remaining relative to its
-// capacity.
-func tightest(r limiter.Result) (limiter.LimitStatus, bool) {
-	best := -1
-	for i, st := range r.Limits {
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := r.Limits[best]
-		switch {
-		case !st.Allowed && (b.Allowed || st.RetryAfter > b.RetryAfter):
-			best = i
-		case st.Allowed && b.Allowed && float64(st.TokensRemaining)/float64(st.Capacity) < float64(b.TokensRemaining)/float64(b.Capacity):
-			best = i
-		}
-	}
-	if best < 0 {
-		return limiter.LimitStatus{}, false
-	}
-	return r.Limits[best], true
-}
+// envoyUnits are the units RateUnit chooses from, smallest first.
+var envoyUnits = [...]struct {
+	secs int64
+	unit rls.RateLimitResponse_RateLimit_Unit
+}{{1, rls.RateLimitResponse_RateLimit_SECOND}, {60, rls.RateLimitResponse_RateLimit_MINUTE},
+	{3600, rls.RateLimitResponse_RateLimit_HOUR}, {86400, rls.RateLimitResponse_RateLimit_DAY}}
 
-// unitOf is the Envoy unit closest to a limit's refill time (capacity /
-// rate); Envoy's message has no field for an arbitrary rate, so
-// requests_per_unit reports the capacity and unit this approximation.
-func unitOf(st limiter.LimitStatus) rls.RateLimitResponse_RateLimit_Unit {
-	if st.RefillPerSecond <= 0 {
-		return rls.RateLimitResponse_RateLimit_UNKNOWN
+// RateUnit states a refill rate (tokens per second) as Envoy's
+// current_limit does, requests_per_unit per unit: in the smallest of
+// SECOND, MINUTE, HOUR and DAY in which the rate is a whole number of
+// requests (20/s is 20 per SECOND, 0.5/s 30 per MINUTE, 1/3600 per s 1 per
+// HOUR); when none makes it whole, per DAY rounded down, so that it never
+// states more than the real rate (capped at the largest uint32). A rate
+// written as N per period is taken exactly (bucket.Limit.RatePer). A rate
+// <= 0 (a window or in-flight limit) is 0 per UNKNOWN.
+func RateUnit(perSecond float64) (uint32, rls.RateLimitResponse_RateLimit_Unit) {
+	if !(perSecond > 0) || math.IsInf(perSecond, 0) {
+		return 0, rls.RateLimitResponse_RateLimit_UNKNOWN
 	}
-	fill := time.Duration(float64(st.Capacity) / st.RefillPerSecond * 1e9)
-	switch {
-	case fill <= 2*time.Second:
-		return rls.RateLimitResponse_RateLimit_SECOND
-	case fill <= 2*time.Minute:
-		return rls.RateLimitResponse_RateLimit_MINUTE
-	case fill <= 2*time.Hour:
-		return rls.RateLimitResponse_RateLimit_HOUR
-	default:
-		return rls.RateLimitResponse_RateLimit_DAY
+	if n, per, ok := (bucket.Limit{Capacity: 1, Rate: perSecond}).RatePer(); ok {
+		// n per `per` exactly: whole in unit u when per divides n*u.
+		for _, u := range envoyUnits {
+			hi, lo := bits.Mul64(uint64(n), uint64(u.secs)*uint64(time.Second))
+			var q, r uint64
+			if hi < uint64(per) {
+				q, r = bits.Div64(hi, lo, uint64(per))
+			}
+			switch {
+			case hi >= uint64(per) || q > math.MaxUint32:
+				return math.MaxUint32, u.unit // more than a uint32 says: the most it can
+			case r == 0 && q >= 1, u.secs == 86400:
+				return uint32(q), u.unit
+			}
+		}
 	}
+	for _, u := range envoyUnits {
+		x := perSecond * float64(u.secs)
+		switch {
+		case x >= math.MaxUint32:
+			return math.MaxUint32, u.unit
+		case x >= 1 && x == math.Trunc(x), u.secs == 86400:
+			return uint32(math.Floor(x)), u.unit
+		}
+	}
+	return 0, rls.RateLimitResponse_RateLimit_UNKNOWN // not reached: DAY always answers
 }

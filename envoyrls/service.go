@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"context"
 	"math"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/internal/keyesc"
 	"github.com/sluicehq/sluice/store"
 )
@@ -105,14 +105,22 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			continue
 		}
 		entries := ebuf[:0]
-		key := append(kbuf[:0], req.GetDomain()...)
 		for _, e := range d.GetEntries() {
 			entries = append(entries, [2]string{e.GetKey(), e.GetValue()})
-			key = appendEscaped(append(appendEscaped(append(key, '|'), e.GetKey()), '='), e.GetValue())
 		}
 		node := match(root, entries)
 		if node == nil || node.Limit == nil {
 			continue
+		}
+		// The key: the limit's state tag (a changed rate_limit in other
+		// units starts anew), the domain and the entries.
+		key := kbuf[:0]
+		if node.Limit.spec != nil {
+			key = append(append(key, node.Limit.spec.StateTag()...), '|')
+		}
+		key = append(key, req.GetDomain()...)
+		for _, e := range entries {
+			key = appendEscaped(append(appendEscaped(append(key, '|'), e[0]), '='), e[1])
 		}
 		a.node, a.key = node, string(key)
 		if node.Limit.Unlimited {
@@ -154,7 +162,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if len(items) > 0 && overall == rls.RateLimitResponse_OK {
 		r, err := s.st.Take(ctx, items)
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "store: %v", err)
+			p := answer.Classify(err)
+			return nil, status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
 		}
 		if !r.Allowed {
 			overall = rls.RateLimitResponse_OVER_LIMIT
@@ -166,7 +175,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			items[j].Cost = 0
 		}
 		if _, err := s.st.Take(ctx, items); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "store: %v", err)
+			p := answer.Classify(err)
+			return nil, status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
 		}
 	}
 	if len(shadow) > 0 && overall == rls.RateLimitResponse_OK {
@@ -177,8 +187,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		}
 	}
 	resp := &rls.RateLimitResponse{OverallCode: overall, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, 0, len(ds))}
-	var worst *rls.RateLimitResponse_DescriptorStatus
-	var worstName string
+	var lbuf [8]answer.Limit
+	described := lbuf[:0] // the limited descriptors, for the RateLimit fields
 	for i := range ds {
 		a := &ds[i]
 		st := &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
@@ -207,31 +217,28 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 				st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 				st.DurationUntilReset = durationpb.New(d.ResetAfter)
 			}
-			if !l.Unlimited && (worst == nil || st.Code == rls.RateLimitResponse_OVER_LIMIT && worst.Code == rls.RateLimitResponse_OK ||
-				st.Code == worst.Code && st.LimitRemaining < worst.LimitRemaining) {
-				worst, worstName = st, l.Name
-				if worstName == "" {
-					worstName = a.key
+			if !l.Unlimited {
+				name := l.Name
+				if name == "" {
+					name = a.key
 				}
+				ok := st.Code == rls.RateLimitResponse_OK
+				wait := st.DurationUntilReset.AsDuration() // nil: 0
+				lim := answer.Limit{Name: name, Capacity: int64(l.RequestsPerUnit), Window: time.Duration(unitSeconds(l.Unit) * 1e9),
+					Remaining: int64(st.LimitRemaining), Allowed: ok, ResetAfter: wait}
+				if !ok {
+					lim.ResetAfter, lim.RetryAfter = 0, wait
+				}
+				described = append(described, lim)
 			}
 		}
 		resp.Statuses = append(resp.Statuses, st)
 	}
-	if worst != nil {
-		window := int64(unitSeconds(worst.CurrentLimit.GetUnit()))
-		reset := int64(0)
-		if worst.DurationUntilReset != nil {
-			reset = int64((worst.DurationUntilReset.AsDuration() + time.Second - 1) / time.Second)
-		}
-		var hb [160]byte
-		q := strconv.AppendQuote(hb[:0], worstName)
-		n := len(q)
-		pol := strconv.AppendInt(append(strconv.AppendUint(append(q, ";q="...), uint64(worst.CurrentLimit.GetRequestsPerUnit()), 10), ";w="...), window, 10)
-		polStr := string(pol)
-		rl := strconv.AppendInt(append(strconv.AppendUint(append(pol[:n], ";r="...), uint64(worst.LimitRemaining), 10), ";t="...), reset, 10)
+	if i := answer.Tightest(described); i >= 0 {
+		pol, rl := answer.Fields(described[i])
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
-			{Key: "RateLimit-Policy", Value: polStr},
-			{Key: "RateLimit", Value: string(rl)},
+			{Key: "RateLimit-Policy", Value: pol},
+			{Key: "RateLimit", Value: rl},
 		}
 	}
 	return resp, nil

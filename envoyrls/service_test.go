@@ -235,6 +235,9 @@ limits:
 	ip, login := desc("remote_address", "10.0.0.1"), desc("path", "/login")
 	if r := ask(t, c, "edge", 0, ip, login); r.OverallCode != ok || r.Statuses[0].CurrentLimit.GetName() != "per_ip" || r.Statuses[0].LimitRemaining != 1 {
 		t.Fatalf("first: %v", r)
+	} else if l0, l1 := r.Statuses[0].CurrentLimit, r.Statuses[1].CurrentLimit; l0.GetRequestsPerUnit() != 1 || l0.GetUnit() != rls.RateLimitResponse_RateLimit_SECOND ||
+		l1.GetRequestsPerUnit() != 30 || l1.GetUnit() != rls.RateLimitResponse_RateLimit_MINUTE {
+		t.Fatalf("current_limit states the refill rate (1/s, 0.5/s): %v, %v", l0, l1)
 	}
 	r := ask(t, c, "edge", 0, ip, login)
 	if r.OverallCode != over || r.Statuses[0].Code != ok || r.Statuses[1].Code != over || r.Statuses[1].DurationUntilReset.AsDuration() != 2*time.Second {

@@ -2,16 +2,14 @@ package httplimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
-	"time"
 
+	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/limiter"
 )
 
@@ -144,12 +142,15 @@ func NewMiddleware(l *limiter.Limiter, key KeyFunc, opts ...MiddlewareOption) *M
 	return m
 }
 
-// Handle wraps next: a refused request gets 429 with Retry-After and the
-// RateLimit/RateLimit-Policy fields; an admitted one gets the fields and
+// Handle wraps next: a refused request gets 429 with Retry-After, the
+// RateLimit/RateLimit-Policy fields and a JSON body {"error", "code":
+// "rate_limited", "retry_after_ms"}; an admitted one gets the fields and
 // reaches next, and the in-flight slots it took (max_in_flight limits) are
-// released when next returns. A request whose cost exceeds a limit's
-// capacity gets 413 (it can never be admitted); a KeyFunc error 400. When
-// the store fails: 503, or next is called anyway with FailOpen.
+// released when next returns. Errors answer JSON {"error", "code"} as the
+// sluice service does: a request whose cost exceeds a limit's capacity
+// 422 cost_exceeds_capacity (it can never be admitted; "limit" names it), a
+// KeyFunc error 400 bad_request; when the store fails, 503 store_error (or
+// store_full), or next is called anyway with FailOpen.
 func (m *Middleware) Handle(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		desc, err := m.key(r)
@@ -161,7 +162,7 @@ func (m *Middleware) Handle(next http.Handler) http.Handler {
 			}
 		}
 		if err != nil {
-			http.Error(w, "rate limit: "+err.Error(), http.StatusBadRequest)
+			answer.Errorf(http.StatusBadRequest, "bad_request", "rate limit: %v", err).Write(w)
 			return
 		}
 		req := limiter.Request{Descriptors: desc}
@@ -170,28 +171,25 @@ func (m *Middleware) Handle(next http.Handler) http.Handler {
 		}
 		res, err := m.l.Check(r.Context(), req)
 		if err != nil {
-			var ce *limiter.CostError
+			p := answer.Classify(err)
 			switch {
-			case errors.As(err, &ce):
-				http.Error(w, "rate limit: "+ce.Error(), http.StatusRequestEntityTooLarge)
+			case p.Status != http.StatusServiceUnavailable:
+				p.Write(w) // the request's own fault (its cost)
 			case m.failOpen:
 				m.log.Error("rate limit store failed; letting the request through", "error", err)
 				next.ServeHTTP(w, r)
 			default:
 				m.log.Error("rate limit store failed; refusing", "error", err)
-				http.Error(w, "rate limit: service unavailable", http.StatusServiceUnavailable)
+				p.Write(w)
 			}
 			return
 		}
-		if pol, rl, ok := RateLimitHeaders(res); ok {
-			w.Header().Set("RateLimit-Policy", pol)
-			w.Header().Set("RateLimit", rl)
-		}
+		h := answer.OfResult(res)
 		if !res.Allowed {
-			w.Header().Set("Retry-After", strconv.FormatInt(int64((res.RetryAfter+time.Second-1)/time.Second), 10))
-			http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+			answer.Refused(w, h, res.RetryAfter)
 			return
 		}
+		h.Set(w.Header())
 		if res.Lease.ID != "" {
 			defer m.l.Release(context.WithoutCancel(r.Context()), res.Lease)
 		}
@@ -203,42 +201,19 @@ func (m *Middleware) Handle(next http.Handler) http.Handler {
 // values (draft-ietf-httpapi-ratelimit-headers, structured-field syntax)
 // for the most constraining limit of a decision: the refused one with the
 // longest wait, else the one with the least remaining relative to its
-// capacity. The policy's window w is the time to refill the capacity;
-// r is the whole tokens left, t the seconds until the limit admits again
-// (refused) or is full again (admitted). Concurrency limits, which have no
-// window, are not described.
+// capacity. The policy's window w is the time to refill the capacity (a
+// window limit's length); r is the whole tokens left, t the seconds until
+// the limit admits again (refused) or is full again (admitted), rounded
+// up. Concurrency limits, which have no window, are not described. The
+// sluice service, this middleware and the Envoy RateLimitService render
+// the same fields.
 func RateLimitHeaders(res limiter.Result) (policyField, rateLimit string, ok bool) {
-	best := -1
-	for i, st := range res.Limits {
-		if st.Algorithm == "concurrency" || st.Capacity <= 0 {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := res.Limits[best]
-		switch {
-		case !st.Allowed && (b.Allowed || st.RetryAfter > b.RetryAfter):
-			best = i
-		case st.Allowed && b.Allowed &&
-			float64(st.TokensRemaining)/float64(st.Capacity) < float64(b.TokensRemaining)/float64(b.Capacity):
-			best = i
-		}
-	}
-	if best < 0 {
+	var buf [8]answer.Limit
+	ls := answer.FromResult(buf[:0], res)
+	i := answer.Tightest(ls)
+	if i < 0 {
 		return "", "", false
 	}
-	st := res.Limits[best]
-	window := int64(1)
-	if st.RefillPerSecond > 0 {
-		window = max(int64(float64(st.Capacity)/st.RefillPerSecond+0.999999), 1)
-	}
-	wait := st.ResetAfter
-	if !st.Allowed {
-		wait = st.RetryAfter
-	}
-	reset := int64((wait + time.Second - 1) / time.Second)
-	return fmt.Sprintf("%q;q=%d;w=%d", st.Name, st.Capacity, window),
-		fmt.Sprintf("%q;r=%d;t=%d", st.Name, max(st.TokensRemaining, 0), reset), true
+	policyField, rateLimit = answer.Fields(ls[i])
+	return policyField, rateLimit, true
 }

@@ -215,3 +215,53 @@ limits:
 	// 200 retry-after=""
 	// 429 retry-after="10"
 }
+
+// The middleware answers errors as the sluice service does: JSON {"error",
+// "code"}, a cost above a capacity 422 cost_exceeds_capacity naming the
+// limit, a KeyFunc error 400, a failed store 503 store_error; a refusal is
+// 429 with a JSON body saying how long to wait.
+func TestMiddlewareErrorAnswers(t *testing.T) {
+	l := mwLimiter(t, frozenStore())
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	get := func(h http.Handler) (int, string, http.Header) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/x", nil))
+		return rec.Code, strings.TrimSpace(rec.Body.String()), rec.Header()
+	}
+	key := httplimit.ClientIP()
+	cases := []struct {
+		name string
+		h    http.Handler
+		code int
+		body string
+	}{
+		{"cost above capacity", httplimit.NewMiddleware(l, key, httplimit.WithRequestCost(func(*http.Request) int64 { return 3 })).Handle(ok),
+			422, `{"error":"sluice: cost 3 exceeds capacity 2 of limit \"per_ip\"","code":"cost_exceeds_capacity","limit":"per_ip"}`},
+		{"key error", httplimit.NewMiddleware(l, func(*http.Request) (map[string]string, error) { return nil, errors.New("no tenant") }).Handle(ok),
+			400, `{"error":"rate limit: no tenant","code":"bad_request"}`},
+		{"store down", httplimit.NewMiddleware(mwLimiter(t, failing{}), key).Handle(ok),
+			503, `{"error":"limiter: down","code":"store_error"}`},
+	}
+	for _, c := range cases {
+		code, body, h := get(c.h)
+		if code != c.code || body != c.body || h.Get("Content-Type") != "application/json" {
+			t.Errorf("%s: %d %s (%s), want %d %s", c.name, code, body, h.Get("Content-Type"), c.code, c.body)
+		}
+	}
+	mw := httplimit.NewMiddleware(l, key).Handle(ok)
+	get(mw)
+	get(mw)
+	code, body, h := get(mw)
+	if code != 429 || body != `{"error":"rate limit exceeded","code":"rate_limited","retry_after_ms":2000}` || h.Get("Retry-After") != "2" {
+		t.Errorf("refusal: %d %s %v", code, body, h)
+	}
+}
+
+type failing struct{}
+
+func (failing) Take(context.Context, []store.Item) (store.Result, error) {
+	return store.Result{}, errors.New("down")
+}
+func (failing) Release(context.Context, store.Lease) error       { return nil }
+func (failing) Adjust(context.Context, []store.Adjustment) error { return nil }
+func (failing) Close() error                                     { return nil }

@@ -58,6 +58,8 @@ type LimitStatus struct {
 	Allowed         bool          `json:"allowed"`
 	RetryAfter      time.Duration `json:"-"`
 	ResetAfter      time.Duration `json:"-"`
+	// Window is a window limit's length (0 for other kinds).
+	Window time.Duration `json:"-"`
 }
 
 // MarshalJSON writes the status with retry_after_ms and reset_after_ms
@@ -283,7 +285,6 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		counters: make([][2][2]prometheus.Counter, len(p.Limits))}
 	old := l.compiled.Load()
 	for i, lim := range p.Limits {
-		c.prefix[i] = lim.Name + ":"
 		for r, result := range []string{"admitted", "rejected"} {
 			for a, attempt := range []string{"original", "retry"} {
 				c.counters[i][r][a] = l.m.decisions.WithLabelValues(lim.Name, result, attempt)
@@ -291,7 +292,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		}
 		if old != nil {
 			if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
-				c.specs[i] = old.specs[j]
+				c.specs[i], c.prefix[i] = old.specs[j], old.prefix[j]
 				continue
 			}
 		}
@@ -299,7 +300,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		if err != nil {
 			return fmt.Errorf("limiter: limit %q: %w", lim.Name, err)
 		}
-		c.specs[i] = sp
+		c.specs[i], c.prefix[i] = sp, keyPrefix(lim.Name, sp)
 	}
 	l.compiled.Store(c)
 	return nil
@@ -315,6 +316,17 @@ func (c *compiled) index(name string) int {
 		}
 	}
 	return -1
+}
+
+// keyPrefix is the store key's prefix of a limit's keys: its name and,
+// when the spec has one, its state tag ("name@u5f5e100:"), so that a
+// limit changed into other units starts anew instead of misreading its
+// old state (store.Spec.StateTag).
+func keyPrefix(name string, sp *store.Spec) string {
+	if tag := sp.StateTag(); tag != "" {
+		return name + "@" + tag + ":"
+	}
+	return name + ":"
 }
 
 func sameLimit(a, b *policy.Limit) bool {
@@ -442,7 +454,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
 		limits = append(limits, LimitStatus{
 			Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost,
+			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window,
 		})
 	}
 	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
@@ -635,7 +647,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			refs[r] = append(refs[r], j)
 			out.Results[r].Limits = append(out.Results[r].Limits, LimitStatus{
 				Name: lim.Name, Key: key, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-				RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost,
+				RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window,
 			})
 		}
 	}
