@@ -437,7 +437,8 @@ limits:
 	if err != nil || !r.Allowed {
 		t.Fatalf("%+v %v", r, err)
 	}
-	want := []string{"{acme}tenant_api:tenant:acme", "{acme}tenant_user:tenant:acme:user:bob", "global:global"}
+	// name@tag: the spec's state tag (1 token = 1e9 units at 1/s).
+	want := []string{"{acme}tenant_api@ugjdgxs:tenant:acme", "{acme}tenant_user@ugjdgxs:tenant:acme:user:bob", "global@ugjdgxs:global"}
 	if fmt.Sprint(ks.keys) != fmt.Sprint(want) {
 		t.Fatalf("keys %q, want %q", ks.keys, want)
 	}
@@ -481,5 +482,38 @@ func TestRefusalReportsLimitsAsTheyAre(t *testing.T) {
 	}
 	if got := status(r, "tenant_api").TokensRemaining; got != 70 {
 		t.Errorf("tenant_api: %d left, want 70 (100 - 50 + 20)", got)
+	}
+}
+
+// A reloaded limit keeps its state when its state means the same under the
+// new parameters (a token bucket in the same units: here capacity 3 -> 5
+// at the same rate), and starts anew when it would not (other units).
+func TestSetPolicyChangedLimits(t *testing.T) {
+	c := sluice.NewManualClock(epoch)
+	st := memstore.New(memstore.WithClock(c))
+	pol := func(capacity int, rate string) *policy.Policy {
+		p, err := policy.Parse(fmt.Appendf(nil, "limits:\n  - name: t\n    key: \"t:{t}\"\n    capacity: %d\n    refill: %q\n", capacity, rate))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	l, err := limiter.New(pol(3, "1/s"), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := map[string]string{"t": "a"}
+	check(t, l, limiter.Request{Descriptors: desc, Cost: 3})
+	if err := l.SetPolicy(pol(5, "1/s")); err != nil {
+		t.Fatal(err)
+	}
+	if r := check(t, l, limiter.Request{Descriptors: desc, Peek: true}); r.Limits[0].TokensRemaining != 2 {
+		t.Fatalf("capacity 3 -> 5 in the same units: %d left, want 2 (3 used of 5)", r.Limits[0].TokensRemaining)
+	}
+	if err := l.SetPolicy(pol(5, "1/m")); err != nil {
+		t.Fatal(err)
+	}
+	if r := check(t, l, limiter.Request{Descriptors: desc, Peek: true}); r.Limits[0].TokensRemaining != 5 {
+		t.Fatalf("1/s -> 1/m (other units): %d left, want 5 (a new bucket)", r.Limits[0].TokensRemaining)
 	}
 }

@@ -80,7 +80,7 @@ func TestStatusKeysOutliveLaterChecks(t *testing.T) {
 	if err != nil || string(b) == "" {
 		t.Fatal(err)
 	}
-	want := `[{"limit":"tenant","key":"tenant:tenant:a","cost":1,`
+	want := `[{"limit":"tenant","key":"tenant@ugjdgxs:tenant:a","cost":1,`
 	if string(b[:len(want)]) != want {
 		t.Errorf("receipt %s", b)
 	}

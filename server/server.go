@@ -14,20 +14,18 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"sync"
+	"reflect"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/book"
 )
 
 // Config configures a Server. Zero values have the documented defaults.
@@ -37,9 +35,12 @@ type Config struct {
 	Limiter *limiter.Limiter
 	// Gatherer serves /metrics; nil serves the default registry.
 	Gatherer prometheus.Gatherer
+	// Registerer registers the server's own metrics
+	// (sluice_receipts_dropped_total); nil registers nothing.
+	Registerer prometheus.Registerer
 	// AuthToken, when set, must come as "Authorization: Bearer <token>" on
-	// /v1/ endpoints (compared in constant time). /healthz, /readyz and
-	// /metrics stay open.
+	// /v1/ endpoints (the scheme in any case; the token compared in
+	// constant time). /healthz, /readyz and /metrics stay open.
 	AuthToken string
 	// MaxBodyBytes caps request bodies (default 64 KiB); larger ones get 413.
 	MaxBodyBytes int64
@@ -49,24 +50,27 @@ type Config struct {
 	// (default 1024); beyond it a request is decided at once.
 	MaxWaiting int
 	// IdempotencyWindow is how long a request_id's answer is remembered
-	// (default 5 minutes); IdempotencyKeys caps how many are (default 100,000).
+	// (default 5 minutes); IdempotencyKeys caps how many are in memory
+	// (default 100,000).
 	IdempotencyWindow time.Duration
 	IdempotencyKeys   int
-	// LeaseWindow is how long a check's lease (its in-flight slots and what
-	// it took, for /v1/settle) is remembered (default 10 minutes);
-	// LeaseRecords caps how many are (default 100,000; the oldest go first).
-	LeaseWindow  time.Duration
-	LeaseRecords int
+	// LeaseWindow is how long a check's receipt is kept for /v1/settle
+	// (default 10 minutes); MaxReceipts caps how many are (default
+	// 1,000,000; the oldest dropped first, counted in
+	// sluice_receipts_dropped_total). A lease holding in-flight slots is
+	// kept until its slots expire, whatever the window and the cap.
+	LeaseWindow time.Duration
+	MaxReceipts int
+	// Book keeps request_id answers and lease records; nil keeps them in
+	// this process (book.NewMemory with the windows and caps above). A
+	// shared store's book (redisstore.NewBook) lets a retry or a settle
+	// reach any instance.
+	Book book.Book
 	// Logger receives request errors; nil discards them.
 	Logger *slog.Logger
 	// Ready reports whether the store is reachable (for /readyz); nil means
 	// always.
 	Ready func(context.Context) error
-	// Redis, when set, keeps request_id answers and lease records in Redis
-	// (keys under RedisPrefix), so that a retried check or a settle may
-	// reach any instance sharing the store. Nil keeps them in the process.
-	Redis       rueidis.Client
-	RedisPrefix string
 }
 
 // Server is the HTTP service. It is safe for concurrent use.
@@ -74,7 +78,7 @@ type Server struct {
 	cfg     Config
 	mux     *http.ServeMux
 	waiting atomic.Int64
-	book    book
+	book    book.Book
 }
 
 // New returns a server for cfg.
@@ -88,30 +92,24 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = 1024
 	}
-	if cfg.IdempotencyWindow <= 0 {
-		cfg.IdempotencyWindow = 5 * time.Minute
-	}
-	if cfg.IdempotencyKeys <= 0 {
-		cfg.IdempotencyKeys = 100_000
-	}
-	if cfg.LeaseWindow <= 0 {
-		cfg.LeaseWindow = 10 * time.Minute
-	}
-	if cfg.LeaseRecords <= 0 {
-		cfg.LeaseRecords = 100_000
-	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
-	if cfg.Redis != nil {
-		s.book = newRedisBook(cfg.Redis, cfg.RedisPrefix, cfg.IdempotencyWindow, cfg.LeaseWindow)
-	} else {
-		s.book = memBook{idem: newIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyKeys),
-			leases: newLeaseBook(cfg.LeaseWindow, cfg.LeaseRecords)}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), book: cfg.Book}
+	if s.book == nil {
+		s.book = book.NewMemory(book.Config{IdempotencyWindow: cfg.IdempotencyWindow, MaxAnswers: cfg.IdempotencyKeys,
+			LeaseWindow: cfg.LeaseWindow, MaxReceipts: cfg.MaxReceipts}, nil)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_receipts_dropped_total",
+			Help: "Receipts (kept for /v1/settle) dropped because more than --max-receipts were held.",
+		}, func() float64 { return float64(s.book.Dropped()) })); err != nil {
+			return nil, fmt.Errorf("server: registering metrics: %w", err)
+		}
 	}
 	if cfg.Limiter != nil {
 		s.mux.HandleFunc("POST /v1/check", s.auth(s.check))
@@ -130,34 +128,69 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the service's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
-
-// apiError is the body of every error answer.
-type apiError struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-	Limit string `json:"limit,omitempty"`
+// Handler returns the service's HTTP handler. Paths it does not serve
+// answer 404 not_found, and methods a path does not take 405
+// method_not_allowed (with Allow), in the JSON error shape.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := s.mux.Handler(r)
+		if pattern != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// The mux's own 404 or 405 (or a redirect): run it into a
+		// recorder, keep its status and Allow, answer in JSON.
+		rec := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusMethodNotAllowed:
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			fail(w, rec.status, "method_not_allowed", "%s is not allowed on %.200s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow"))
+		case http.StatusNotFound:
+			fail(w, rec.status, "not_found", "no endpoint %.200s", r.URL.Path)
+		default:
+			for k, v := range rec.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.status)
+		}
+	})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+// statusRecorder keeps a handler's status and header, discarding its body.
+type statusRecorder struct {
+	header http.Header
+	status int
 }
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) { answer.WriteJSON(w, status, v) }
 
 func fail(w http.ResponseWriter, status int, code, format string, args ...any) {
-	writeJSON(w, status, apiError{Error: fmt.Sprintf(format, args...), Code: code})
+	answer.Errorf(status, code, format, args...).Write(w)
 }
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	if s.cfg.AuthToken == "" {
 		return h
 	}
-	want := []byte("Bearer " + s.cfg.AuthToken)
+	want := []byte(s.cfg.AuthToken)
 	return func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		ok := strings.EqualFold(scheme, "Bearer")
+		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), want) != 1 || !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 			fail(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
 			return
@@ -186,12 +219,14 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// DecodeStrict decodes exactly one JSON object with known fields only.
+// DecodeStrict decodes exactly one JSON object with known fields only. Its
+// errors name the field and what it wants (`field "cost": want an
+// integer`), never Go's types.
 func DecodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed JSON: %v", err)
+		return jsonError(err, reflect.TypeOf(v))
 	}
 	if dec.More() {
 		return errors.New("malformed JSON: more than one value")
@@ -199,300 +234,75 @@ func DecodeStrict(body []byte, v any) error {
 	return nil
 }
 
-// CheckRequest is the body of POST /v1/check.
-type CheckRequest struct {
-	Descriptors map[string]string `json:"descriptors"`
-	// Cost: absent means the policy's cost for the descriptors; 0 peeks.
-	Cost      *int64 `json:"cost"`
-	MaxWaitMS int64  `json:"max_wait_ms"`
-	Retry     bool   `json:"retry"`
-	RequestID string `json:"request_id"`
-}
-
-// Validate checks a request's fields.
-func (c *CheckRequest) Validate() error {
+// jsonError restates a decoding error into into (a pointer to a struct)
+// without Go's names.
+func jsonError(err error, into reflect.Type) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
 	switch {
-	case c.Descriptors == nil:
-		return errors.New("descriptors are missing")
-	case len(c.Descriptors) > 64:
-		return fmt.Errorf("%d descriptors, more than 64", len(c.Descriptors))
-	case c.Cost != nil && *c.Cost < 0:
-		return fmt.Errorf("cost %d is negative", *c.Cost)
-	case c.MaxWaitMS < 0:
-		return fmt.Errorf("max_wait_ms %d is negative", c.MaxWaitMS)
-	case len(c.RequestID) > 256:
-		return errors.New("request_id longer than 256 bytes")
-	}
-	for k, v := range c.Descriptors {
-		if k == "" || len(k) > 128 || len(v) > 1024 {
-			return fmt.Errorf("descriptor %.40q: names must be 1 to 128 bytes, values at most 1024", k)
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return fmt.Errorf("the body must be a JSON object, not %s", te.Value)
 		}
-	}
-	return nil
-}
-
-// CheckResponse is the body of a /v1/check answer.
-type CheckResponse struct {
-	Allowed      bool                  `json:"allowed"`
-	RetryAfterMS int64                 `json:"retry_after_ms"`
-	Lease        string                `json:"lease,omitempty"`
-	Limits       []limiter.LimitStatus `json:"limits"`
-}
-
-func (s *Server) check(w http.ResponseWriter, r *http.Request) {
-	var req CheckRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if err := req.Validate(); err != nil {
-		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
-		return
-	}
-	if req.RequestID != "" {
-		ans, owner, err := s.book.begin(r.Context(), req.RequestID)
-		if err != nil {
-			fail(w, http.StatusServiceUnavailable, "store_error", "request_id: %v", err)
-			return
+		if ft, ok := fieldType(into, field); ok && ft.Kind() == reflect.Map && ft.Elem() == te.Type {
+			return fmt.Errorf("field %q: each value must be %s, not %s", field, kindName(te.Type), te.Value)
 		}
-		if !owner {
-			if ans == nil {
-				fail(w, http.StatusServiceUnavailable, "retry", "the first request with this request_id did not finish")
-				return
-			}
-			ans.write(w)
-			return
-		}
-		s.book.finish(r.Context(), req.RequestID, s.decide(w, r, &req))
-		return
+		return fmt.Errorf("field %q: want %s, not %s", field, kindName(te.Type), te.Value)
+	case errors.As(err, &se):
+		return fmt.Errorf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.Is(err, io.EOF):
+		return errors.New("malformed JSON: the body is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("malformed JSON: the body ends early")
 	}
-	s.decide(w, r, &req)
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if name, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		return fmt.Errorf("unknown field %s", name)
+	}
+	return fmt.Errorf("malformed JSON: %s", msg)
 }
 
-// decide runs a validated check and writes the answer; it returns the
-// answer when it is a decision (kept for request_id retries), nil for errors.
-func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckRequest) *answer {
-	lr := limiter.Request{Descriptors: req.Descriptors, Retry: req.Retry, Receipt: true}
-	if req.Cost != nil {
-		if *req.Cost == 0 {
-			lr.Peek = true
-		} else {
-			lr.Cost = *req.Cost
-		}
+// fieldType is the type of the struct field (of *T or T) named name in JSON.
+func fieldType(t reflect.Type, name string) (reflect.Type, bool) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	if req.MaxWaitMS > 0 {
-		if s.waiting.Add(1) <= int64(s.cfg.MaxWaiting) {
-			lr.MaxWait = min(time.Duration(req.MaxWaitMS)*time.Millisecond, s.cfg.MaxWait)
-		}
-		defer s.waiting.Add(-1)
-	}
-	res, err := s.cfg.Limiter.Check(r.Context(), lr)
-	if err != nil {
-		var ce *limiter.CostError
-		switch {
-		case errors.As(err, &ce):
-			writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: ce.Error(), Code: "cost_exceeds_capacity", Limit: ce.Limit})
-		case errors.Is(err, sluice.ErrInvalidCost):
-			fail(w, http.StatusBadRequest, "bad_request", "%v", err)
-		case errors.Is(err, store.ErrFull):
-			fail(w, http.StatusServiceUnavailable, "store_full", "%v", err)
-		default:
-			s.cfg.Logger.Error("check failed", "error", err)
-			fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
-		}
-		return nil
-	}
-	ans := s.answer(r.Context(), res)
-	ans.write(w)
-	return ans
-}
-
-// answer is a decided /v1/check reply, kept for idempotent retries.
-type answer struct {
-	status  int
-	headers http.Header
-	body    []byte
-}
-
-func (a *answer) write(w http.ResponseWriter) {
-	for k, v := range a.headers {
-		w.Header()[k] = v
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(a.status)
-	w.Write(a.body)
-}
-
-func (s *Server) answer(ctx context.Context, res limiter.Result) *answer {
-	resp := CheckResponse{Allowed: res.Allowed, Limits: res.Limits}
-	if resp.Limits == nil {
-		resp.Limits = []limiter.LimitStatus{}
-	}
-	if !res.Allowed {
-		resp.RetryAfterMS = limiter.CeilMS(res.RetryAfter)
-	}
-	if res.Allowed && (res.Lease.ID != "" || !res.Receipt.Empty()) {
-		rc, _ := res.Receipt.MarshalBinary()
-		if res.Receipt.Empty() {
-			rc = nil
-		}
-		id, err := s.book.addLease(ctx, res.Lease, rc)
-		if err != nil {
-			// Admitted, but the lease could not be recorded: the slots
-			// expire by their TTL and the cost stands as charged.
-			s.cfg.Logger.Error("lease not recorded", "error", err)
-		}
-		resp.Lease = id
-	}
-	body, _ := json.Marshal(resp)
-	a := &answer{status: http.StatusOK, headers: http.Header{}, body: append(body, '\n')}
-	if !res.Allowed {
-		a.status = http.StatusTooManyRequests
-		a.headers.Set("Retry-After", strconv.FormatInt(int64((res.RetryAfter+time.Second-1)/time.Second), 10))
-	}
-	if pol, rl, ok := httplimit.RateLimitHeaders(res); ok {
-		a.headers.Set("RateLimit-Policy", pol)
-		a.headers.Set("RateLimit", rl)
-	}
-	return a
-}
-
-type releaseRequest struct {
-	Lease string `json:"lease"`
-}
-
-func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	var req releaseRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if req.Lease == "" {
-		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
-		return
-	}
-	slots, ok, err := s.book.lease(r.Context(), req.Lease)
-	if err != nil {
-		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
-		return
-	}
-	if !ok {
-		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (unknown, or older than the lease window)", req.Lease)
-		return
-	}
-	if slots.ID != "" {
-		if err := s.cfg.Limiter.Release(r.Context(), slots); err != nil {
-			fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]bool{"released": true})
-}
-
-// SettleRequest is the body of POST /v1/settle.
-type SettleRequest struct {
-	Lease      string `json:"lease"`
-	ActualCost *int64 `json:"actual_cost"`
-}
-
-func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
-	var req SettleRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	switch {
-	case req.Lease == "":
-		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
-		return
-	case req.ActualCost == nil:
-		fail(w, http.StatusBadRequest, "bad_request", "actual_cost is missing")
-		return
-	case *req.ActualCost < 0:
-		fail(w, http.StatusBadRequest, "bad_request", "actual_cost %d is negative", *req.ActualCost)
-		return
-	}
-	raw, ok, err := s.book.takeReceipt(r.Context(), req.Lease)
-	switch {
-	case err != nil:
-		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
-		return
-	case !ok:
-		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (unknown, or older than the lease window)", req.Lease)
-		return
-	case len(raw) == 0:
-		fail(w, http.StatusConflict, "already_settled", "lease %.64q was settled already (or took no cost)", req.Lease)
-		return
-	}
-	rec, err := s.cfg.Limiter.UnmarshalReceipt(raw)
-	if err != nil {
-		fail(w, http.StatusInternalServerError, "bad_receipt", "%v", err)
-		return
-	}
-	if err := s.cfg.Limiter.Settle(r.Context(), rec, *req.ActualCost); err != nil {
-		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
-}
-
-// leaseBook remembers, per lease ID handed to a client, the in-flight
-// slots and the receipt of an admitted check, bounded in time and number.
-type leaseBook struct {
-	mu     sync.Mutex
-	window time.Duration
-	max    int
-	m      map[string]*leaseRecord
-	order  []string
-}
-
-type leaseRecord struct {
-	slots   store.Lease
-	receipt []byte
-	at      time.Time
-}
-
-func newLeaseBook(window time.Duration, max int) *leaseBook {
-	return &leaseBook{window: window, max: max, m: map[string]*leaseRecord{}}
-}
-
-func (b *leaseBook) add(slots store.Lease, rc []byte) string {
-	id := newLeaseID()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	b.m[id] = &leaseRecord{slots: slots, receipt: rc, at: now}
-	b.order = append(b.order, id)
-	for len(b.order) > 0 {
-		old := b.order[0]
-		e, ok := b.m[old]
-		if ok && now.Sub(e.at) < b.window && len(b.m) <= b.max {
-			break
-		}
-		delete(b.m, old)
-		b.order = b.order[1:]
-	}
-	return id
-}
-
-func (b *leaseBook) get(id string) (leaseRecord, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, ok := b.m[id]
-	if !ok || time.Since(e.at) >= b.window {
-		return leaseRecord{}, false
-	}
-	return *e, true
-}
-
-// takeReceipt returns a lease's receipt once (settling twice is refused).
-func (b *leaseBook) takeReceipt(id string) ([]byte, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, ok := b.m[id]
-	if !ok || time.Since(e.at) >= b.window {
+	if t == nil || t.Kind() != reflect.Struct {
 		return nil, false
 	}
-	rc := e.receipt
-	e.receipt = nil
-	return rc, true
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag == name || tag == "" && f.Name == name {
+			return f.Type, true
+		}
+	}
+	return nil, false
+}
+
+// kindName says what a JSON value of Go type t must look like.
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map, reflect.Struct:
+		if t.Kind() == reflect.Map && t.Elem().Kind() == reflect.String {
+			return "an object of strings"
+		}
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return kindName(t.Elem())
+	}
+	return "another type"
 }
 
 func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
@@ -541,83 +351,4 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	io.WriteString(w, "ready\n")
-}
-
-// idempotency remembers answers by request_id for a window, bounded. A
-// retry that arrives while the first request is still deciding waits for
-// its answer, so a request is never charged twice.
-type idempotency struct {
-	mu     sync.Mutex
-	window time.Duration
-	max    int
-	m      map[string]*idemEntry
-	order  []string // insertion order, for expiry and the cap
-}
-
-type idemEntry struct {
-	a    *answer
-	at   time.Time
-	done chan struct{}
-}
-
-func newIdempotency(window time.Duration, max int) *idempotency {
-	return &idempotency{window: window, max: max, m: map[string]*idemEntry{}}
-}
-
-func (c *idempotency) expireLocked(now time.Time) {
-	for len(c.order) > 0 {
-		k := c.order[0]
-		e, ok := c.m[k]
-		if ok && (now.Sub(e.at) < c.window && len(c.m) <= c.max || e.a == nil && !closed(e.done)) {
-			return
-		}
-		delete(c.m, k)
-		c.order = c.order[1:]
-	}
-}
-
-func closed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// begin returns (nil, true) when the caller owns id and must finish it;
-// else the first request's answer (nil if it failed).
-func (c *idempotency) begin(ctx context.Context, id string) (*answer, bool) {
-	c.mu.Lock()
-	c.expireLocked(time.Now())
-	e, ok := c.m[id]
-	if !ok {
-		c.m[id] = &idemEntry{at: time.Now(), done: make(chan struct{})}
-		c.order = append(c.order, id)
-		c.mu.Unlock()
-		return nil, true
-	}
-	c.mu.Unlock()
-	select {
-	case <-e.done:
-	case <-ctx.Done():
-		return nil, false
-	}
-	return e.a, false
-}
-
-// finish records the owner's answer (nil: it failed and is forgotten).
-func (c *idempotency) finish(id string, a *answer) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.m[id]
-	if e == nil {
-		return
-	}
-	if a == nil {
-		delete(c.m, id)
-	} else {
-		e.a, e.at = a, time.Now()
-	}
-	close(e.done)
 }

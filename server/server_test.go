@@ -51,7 +51,7 @@ func newServer(t *testing.T, mutate func(*server.Config)) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := server.Config{Limiter: l, Gatherer: reg}
+	cfg := server.Config{Limiter: l, Gatherer: reg, Registerer: reg}
 	if mutate != nil {
 		mutate(&cfg)
 	}

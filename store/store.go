@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -59,6 +60,25 @@ func NewBucketSpec(l bucket.Limit) (*Spec, error) {
 		return nil, err
 	}
 	return &Spec{Kind: TokenBucket, Bucket: p}, nil
+}
+
+// StateTag is the part of s that gives a stored state its meaning: a token
+// bucket's unit (its state counts units of it), a window's length (its
+// state counts windows of it); empty for in-flight limits, whose state
+// (live slots) means the same under any spec. Keys of specs with
+// different tags must differ (the limiter and the Envoy service put the
+// tag in the key), so that a changed limit never reads a state written in
+// other units: it starts anew instead. A change that keeps the tag (a
+// token bucket's rate or capacity within the same unit, a window's limit)
+// keeps the state, counted against the new limit.
+func (s *Spec) StateTag() string {
+	switch s.Kind {
+	case TokenBucket:
+		return "u" + strconv.FormatInt(s.Bucket.Unit(), 36)
+	case SlidingWindow, FixedWindow:
+		return "w" + strconv.FormatInt(int64(s.Window.Window), 36)
+	}
+	return ""
 }
 
 // Capacity is the largest cost an item under s can have.

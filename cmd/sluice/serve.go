@@ -26,13 +26,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/book"
 	"github.com/sluicehq/sluice/store/failover"
 	"github.com/sluicehq/sluice/store/lease"
 	"github.com/sluicehq/sluice/store/memstore"
@@ -52,7 +52,8 @@ type serveCmd struct {
 	MaxWaiting    int           `default:"1024" help:"Most requests held waiting at once; beyond it requests are decided at once."`
 	MaxBody       int64         `default:"65536" help:"Largest request body in bytes."`
 	Idempotency   time.Duration `default:"5m" help:"How long a request_id's answer is remembered."`
-	LeaseWindow   time.Duration `default:"10m" help:"How long a check's lease (for /v1/settle and /v1/release) is remembered."`
+	LeaseWindow   time.Duration `default:"10m" help:"How long a check's receipt is kept for /v1/settle (a lease holding in-flight slots is kept until they expire)."`
+	MaxReceipts   int           `default:"1000000" help:"Most receipts kept for /v1/settle; beyond it the oldest are dropped (settle answers 404 receipt_dropped; counted in sluice_receipts_dropped_total)."`
 	Reload        time.Duration `default:"1s" help:"How often the policy file is checked for changes (0 disables; SIGHUP still reloads)."`
 	Store         string        `default:"memory" help:"Where limit state lives: memory (this process), redis://[user:password@]host:port[/db], rediss://... (TLS), or redis+cluster://host1:port,host2:port,... (Redis Cluster)."`
 	StorePrefix   string        `default:"sluice:" help:"Prefix of every Redis key (no braces)."`
@@ -107,10 +108,15 @@ func (c serveCmd) Run(e *env) error {
 			return err
 		}
 	}
+	bookCfg := book.Config{IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts}
+	var bk book.Book
+	if shared.redis != nil {
+		bk = redisstore.NewBook(shared.redis, bookCfg)
+	}
 	srv, err := server.New(server.Config{
-		Limiter: lim, Gatherer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait,
-		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, Logger: log,
-		Ready: shared.ready, Redis: shared.client, RedisPrefix: c.StorePrefix,
+		Limiter: lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait,
+		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts,
+		Book: bk, Logger: log, Ready: shared.ready,
 	})
 	if err != nil {
 		return err
@@ -268,9 +274,9 @@ func dirDigest(dir string) []byte {
 
 // sharedStore is what serve needs to know of a shared store.
 type sharedStore struct {
-	name   string                          // for the log: "memory" or the URL without password
-	client rueidis.Client                  // nil in memory
-	ready  func(ctx context.Context) error // nil in memory
+	name  string                          // for the log: "memory" or the URL without password
+	redis *redisstore.Store               // nil in memory
+	ready func(ctx context.Context) error // nil in memory
 }
 
 // openStore opens --store: the in-memory store, or Redis wrapped in the
@@ -302,5 +308,5 @@ func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.
 	ctx, cancel := context.WithTimeout(context.Background(), c.StoreTimeout)
 	fo.Ping(ctx)
 	cancel()
-	return fo, sharedStore{name: redisstore.Redact(c.Store), client: rs.Client(), ready: fo.Ping}, nil
+	return fo, sharedStore{name: redisstore.Redact(c.Store), redis: rs, ready: fo.Ping}, nil
 }

@@ -1,0 +1,292 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/answer"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/store/book"
+)
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	Descriptors map[string]string `json:"descriptors"`
+	// Cost: absent means the policy's cost for the descriptors; 0 peeks.
+	Cost      *int64 `json:"cost"`
+	MaxWaitMS int64  `json:"max_wait_ms"`
+	Retry     bool   `json:"retry"`
+	RequestID string `json:"request_id"`
+}
+
+// Validate checks a request's fields.
+func (c *CheckRequest) Validate() error {
+	switch {
+	case c.Descriptors == nil:
+		return errors.New("descriptors are missing")
+	case len(c.Descriptors) > 64:
+		return fmt.Errorf("%d descriptors, more than 64", len(c.Descriptors))
+	case c.Cost != nil && *c.Cost < 0:
+		return fmt.Errorf("cost %d is negative", *c.Cost)
+	case c.MaxWaitMS < 0:
+		return fmt.Errorf("max_wait_ms %d is negative", c.MaxWaitMS)
+	case len(c.RequestID) > 256:
+		return errors.New("request_id longer than 256 bytes")
+	}
+	for k, v := range c.Descriptors {
+		if k == "" || len(k) > 128 || len(v) > 1024 {
+			return fmt.Errorf("descriptor %.40q: names must be 1 to 128 bytes, values at most 1024", k)
+		}
+	}
+	return nil
+}
+
+// Fingerprint is what makes two checks the same request for request_id:
+// their descriptors and their cost (absent, or its value). The retry flag
+// and max_wait_ms are left out: a retry of a request is marked as one, and
+// how long its caller waits does not change what it asks for.
+func (c *CheckRequest) Fingerprint() string {
+	h := sha256.New()
+	keys := make([]string, 0, len(c.Descriptors))
+	for k := range c.Descriptors {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		// Length-prefixed, so that no two descriptor sets write the same bytes.
+		fmt.Fprintf(h, "d%d:%s%d:%s", len(k), k, len(c.Descriptors[k]), c.Descriptors[k])
+	}
+	if c.Cost == nil {
+		h.Write([]byte("c-"))
+	} else {
+		fmt.Fprintf(h, "c%d", *c.Cost)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// CheckResponse is the body of a /v1/check answer.
+type CheckResponse struct {
+	Allowed      bool                  `json:"allowed"`
+	RetryAfterMS int64                 `json:"retry_after_ms"`
+	Lease        string                `json:"lease,omitempty"`
+	Limits       []limiter.LimitStatus `json:"limits"`
+}
+
+func (s *Server) check(w http.ResponseWriter, r *http.Request) {
+	var req CheckRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if err := req.Validate(); err != nil {
+		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		return
+	}
+	if req.RequestID == "" {
+		s.decide(w, r, &req)
+		return
+	}
+	fp := req.Fingerprint()
+	raw, owner, err := s.book.Begin(r.Context(), req.RequestID, fp)
+	switch {
+	case errors.Is(err, book.ErrMismatch):
+		fail(w, http.StatusUnprocessableEntity, "request_id_mismatch",
+			"request_id %.64q was used by a request with other descriptors or cost; nothing was charged", req.RequestID)
+	case err != nil:
+		fail(w, http.StatusServiceUnavailable, "store_error", "request_id: %v", err)
+	case owner:
+		var keep []byte
+		if a := s.decide(w, r, &req); a != nil {
+			keep, _ = json.Marshal(a)
+		}
+		s.book.Finish(r.Context(), req.RequestID, fp, keep)
+	case raw == nil:
+		fail(w, http.StatusServiceUnavailable, "retry", "the first request with this request_id did not finish")
+	default:
+		var a reply
+		if err := json.Unmarshal(raw, &a); err != nil {
+			fail(w, http.StatusInternalServerError, "bad_answer", "the stored answer for this request_id is unreadable")
+			return
+		}
+		a.write(w)
+	}
+}
+
+// decide runs a validated check and writes the answer; it returns the
+// answer when it is a decision (kept for request_id retries), nil for errors.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckRequest) *reply {
+	lr := limiter.Request{Descriptors: req.Descriptors, Retry: req.Retry, Receipt: true}
+	if req.Cost != nil {
+		if *req.Cost == 0 {
+			lr.Peek = true
+		} else {
+			lr.Cost = *req.Cost
+		}
+	}
+	if req.MaxWaitMS > 0 {
+		if s.waiting.Add(1) <= int64(s.cfg.MaxWaiting) {
+			lr.MaxWait = min(time.Duration(req.MaxWaitMS)*time.Millisecond, s.cfg.MaxWait)
+		}
+		defer s.waiting.Add(-1)
+	}
+	res, err := s.cfg.Limiter.Check(r.Context(), lr)
+	if err != nil {
+		p := answer.Classify(err)
+		if p.Status == http.StatusServiceUnavailable && p.Code != "store_full" {
+			s.cfg.Logger.Error("check failed", "error", err)
+		}
+		p.Write(w)
+		return nil
+	}
+	a := s.reply(r, res)
+	a.write(w)
+	return a
+}
+
+// reply is a decided /v1/check answer, kept for idempotent retries.
+type reply struct {
+	Status  int         `json:"status"`
+	Headers http.Header `json:"headers"`
+	Body    []byte      `json:"body"`
+}
+
+func (a *reply) write(w http.ResponseWriter) {
+	for k, v := range a.Headers {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.Status)
+	w.Write(a.Body)
+}
+
+func (s *Server) reply(r *http.Request, res limiter.Result) *reply {
+	resp := CheckResponse{Allowed: res.Allowed, Limits: res.Limits}
+	if resp.Limits == nil {
+		resp.Limits = []limiter.LimitStatus{}
+	}
+	if !res.Allowed {
+		resp.RetryAfterMS = limiter.CeilMS(res.RetryAfter)
+	}
+	if res.Allowed && (res.Lease.ID != "" || !res.Receipt.Empty()) {
+		rec := book.Record{Slots: res.Lease, SlotsTTL: s.slotsTTL(res)}
+		if !res.Receipt.Empty() {
+			rec.Receipt, _ = res.Receipt.MarshalBinary()
+		}
+		id, err := s.book.AddLease(r.Context(), rec)
+		if err != nil {
+			// Admitted, but the lease could not be recorded: the slots
+			// expire by their TTL and the cost stands as charged.
+			s.cfg.Logger.Error("lease not recorded", "error", err)
+		}
+		resp.Lease = id
+	}
+	body, _ := json.Marshal(resp)
+	a := &reply{Status: http.StatusOK, Headers: http.Header{}, Body: append(body, '\n')}
+	if !res.Allowed {
+		a.Status = http.StatusTooManyRequests
+	}
+	answer.OfResult(res).Set(a.Headers)
+	return a
+}
+
+// slotsTTL is how long a result's in-flight slots live: the longest
+// lease_ttl of its max_in_flight limits.
+func (s *Server) slotsTTL(res limiter.Result) time.Duration {
+	if res.Lease.ID == "" {
+		return 0
+	}
+	p := s.cfg.Limiter.Policy()
+	var ttl time.Duration
+	for _, st := range res.Limits {
+		if l := p.Limit(st.Name); l != nil {
+			ttl = max(ttl, l.LeaseTTL)
+		}
+	}
+	return ttl
+}
+
+type releaseRequest struct {
+	Lease string `json:"lease"`
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	var req releaseRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if req.Lease == "" {
+		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
+		return
+	}
+	slots, err := s.book.Slots(r.Context(), req.Lease)
+	switch {
+	case errors.Is(err, book.ErrUnknown):
+		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (never issued, or its slots and receipt have expired)", req.Lease)
+		return
+	case err != nil:
+		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		return
+	}
+	if slots.ID != "" {
+		if err := s.cfg.Limiter.Release(r.Context(), slots); err != nil {
+			fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"released": true})
+}
+
+// SettleRequest is the body of POST /v1/settle.
+type SettleRequest struct {
+	Lease      string `json:"lease"`
+	ActualCost *int64 `json:"actual_cost"`
+}
+
+func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
+	var req SettleRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Lease == "":
+		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
+		return
+	case req.ActualCost == nil:
+		fail(w, http.StatusBadRequest, "bad_request", "actual_cost is missing")
+		return
+	case *req.ActualCost < 0:
+		fail(w, http.StatusBadRequest, "bad_request", "actual_cost %d is negative", *req.ActualCost)
+		return
+	}
+	raw, err := s.book.TakeReceipt(r.Context(), req.Lease)
+	switch {
+	case errors.Is(err, book.ErrUnknown):
+		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (never issued, or older than the lease window)", req.Lease)
+		return
+	case errors.Is(err, book.ErrDropped):
+		fail(w, http.StatusNotFound, "receipt_dropped",
+			"the receipt of lease %.64q was dropped: more than the --max-receipts cap were held (its cost stands as charged)", req.Lease)
+		return
+	case errors.Is(err, book.ErrSettled):
+		fail(w, http.StatusConflict, "already_settled", "lease %.64q was settled already (or took no cost)", req.Lease)
+		return
+	case err != nil:
+		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		return
+	}
+	rec, err := s.cfg.Limiter.UnmarshalReceipt(raw)
+	if err != nil {
+		fail(w, http.StatusInternalServerError, "bad_receipt", "%v", err)
+		return
+	}
+	if err := s.cfg.Limiter.Settle(r.Context(), rec, *req.ActualCost); err != nil {
+		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
+}

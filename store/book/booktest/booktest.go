@@ -1,0 +1,186 @@
+// Package booktest is the conformance suite of book.Book implementations:
+// every Book (in memory, on Redis) passes it.
+package booktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/book"
+)
+
+// Factory returns a new, empty Book bounded by cfg.
+type Factory func(t *testing.T, cfg book.Config) book.Book
+
+// Run runs the suite, its cases in a fixed order, each named after the
+// rule it checks. It reads real time: windows are short (a few hundred
+// milliseconds) and waits have slack for a loaded machine.
+func Run(t *testing.T, f Factory) {
+	for _, c := range []struct {
+		name string
+		test func(*testing.T, Factory)
+	}{
+		{"SameRequestGetsTheFirstAnswer", testSameRequest},
+		{"ReusedIDIsAMismatch", testMismatch},
+		{"FailedFirstIsForgotten", testForgotten},
+		{"ReceiptSettlesOnce", testSettleOnce},
+		{"UnknownLease", testUnknown},
+		{"ReceiptsCappedOldestDropped", testReceiptCap},
+		{"SlotsOutliveTheCap", testSlotsOutliveCap},
+		{"SlotsOutliveTheWindow", testSlotsOutliveWindow},
+		{"ReceiptsExpire", testReceiptsExpire},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.test(t, f) })
+	}
+}
+
+var ctx = context.Background()
+
+func addLease(t *testing.T, b book.Book, r book.Record) string {
+	t.Helper()
+	id, err := b.AddLease(ctx, r)
+	if err != nil || id == "" {
+		t.Fatalf("AddLease: %q, %v", id, err)
+	}
+	return id
+}
+
+func slots(id string) store.Lease { return store.Lease{ID: "slot-" + id, Keys: []string{"c:" + id}} }
+
+// Rule: a request retried with its request_id gets the first answer.
+func testSameRequest(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	if _, owner, err := b.Begin(ctx, "r1", "fp1"); !owner || err != nil {
+		t.Fatalf("rule: the first claim of an id owns it: owner %v, %v", owner, err)
+	}
+	b.Finish(ctx, "r1", "fp1", []byte("answer one"))
+	ans, owner, err := b.Begin(ctx, "r1", "fp1")
+	if owner || err != nil || string(ans) != "answer one" {
+		t.Fatalf("rule: the same request retried gets the first answer: %q, owner %v, %v", ans, owner, err)
+	}
+}
+
+// Rule: an id reused by a request with another fingerprint is refused,
+// while pending and once answered.
+func testMismatch(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	b.Begin(ctx, "r2", "fp-a")
+	if _, _, err := b.Begin(ctx, "r2", "fp-b"); !errors.Is(err, book.ErrMismatch) {
+		t.Fatalf("rule: a pending id reused by another request is ErrMismatch, got %v", err)
+	}
+	b.Finish(ctx, "r2", "fp-a", []byte("a"))
+	if _, _, err := b.Begin(ctx, "r2", "fp-b"); !errors.Is(err, book.ErrMismatch) {
+		t.Fatalf("rule: an answered id reused by another request is ErrMismatch, got %v", err)
+	}
+}
+
+// Rule: Finish with no answer forgets the id, so a retry decides anew.
+func testForgotten(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	b.Begin(ctx, "r3", "fp")
+	b.Finish(ctx, "r3", "fp", nil)
+	if _, owner, err := b.Begin(ctx, "r3", "fp"); !owner || err != nil {
+		t.Fatalf("rule: a forgotten id is owned by the next claim: owner %v, %v", owner, err)
+	}
+}
+
+// Rule: a receipt is taken once; then ErrSettled. A record without a
+// receipt is ErrSettled too (nothing to settle).
+func testSettleOnce(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
+	if rc, err := b.TakeReceipt(ctx, id); err != nil || string(rc) != "rc" {
+		t.Fatalf("rule: a receipt is taken once: %q, %v", rc, err)
+	}
+	if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrSettled) {
+		t.Fatalf("rule: a second take is ErrSettled, got %v", err)
+	}
+	noRc := addLease(t, b, book.Record{Slots: slots("x"), SlotsTTL: time.Minute})
+	if _, err := b.TakeReceipt(ctx, noRc); !errors.Is(err, book.ErrSettled) {
+		t.Fatalf("rule: a lease without a receipt has nothing to settle (ErrSettled), got %v", err)
+	}
+}
+
+// Rule: ids never issued are ErrUnknown, for slots and receipts.
+func testUnknown(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	for _, id := range []string{"nope", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", ""} {
+		if _, err := b.Slots(ctx, id); !errors.Is(err, book.ErrUnknown) {
+			t.Errorf("rule: an unknown lease's slots are ErrUnknown: %q: %v", id, err)
+		}
+		if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrUnknown) {
+			t.Errorf("rule: an unknown lease's receipt is ErrUnknown: %q: %v", id, err)
+		}
+	}
+}
+
+// Rule: beyond MaxReceipts the oldest receipts are dropped (ErrDropped,
+// counted), the newer ones kept.
+func testReceiptCap(t *testing.T, f Factory) {
+	b := f(t, book.Config{MaxReceipts: 10})
+	var ids []string
+	for i := range 13 {
+		ids = append(ids, addLease(t, b, book.Record{Receipt: fmt.Appendf(nil, "rc%d", i)}))
+	}
+	for i, id := range ids {
+		rc, err := b.TakeReceipt(ctx, id)
+		switch {
+		case i < 3 && !errors.Is(err, book.ErrDropped):
+			t.Errorf("rule: the oldest receipts beyond the cap are dropped: %d: %q, %v", i, rc, err)
+		case i >= 3 && (err != nil || string(rc) != fmt.Sprint("rc", i)):
+			t.Errorf("rule: receipts within the cap are kept: %d: %q, %v", i, rc, err)
+		}
+	}
+	if n := b.Dropped(); n != 3 {
+		t.Errorf("rule: drops are counted: Dropped() = %d, want 3", n)
+	}
+}
+
+// Rule: a record holding in-flight slots is not dropped by the cap on
+// receipts: its slots are there to release (its receipt may be dropped).
+func testSlotsOutliveCap(t *testing.T, f Factory) {
+	b := f(t, book.Config{MaxReceipts: 5})
+	id := addLease(t, b, book.Record{Slots: slots("held"), SlotsTTL: time.Minute, Receipt: []byte("rc")})
+	for range 50 {
+		addLease(t, b, book.Record{Receipt: []byte("other")})
+	}
+	got, err := b.Slots(ctx, id)
+	if err != nil || got.ID != slots("held").ID || len(got.Keys) != 1 {
+		t.Fatalf("rule: slots outlive the cap on receipts: %+v, %v", got, err)
+	}
+	if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrDropped) {
+		t.Fatalf("rule: its receipt was dropped: %v", err)
+	}
+}
+
+// Rule: a record holding slots lives until they expire, even past the
+// lease window; then it is unknown.
+func testSlotsOutliveWindow(t *testing.T, f Factory) {
+	b := f(t, book.Config{LeaseWindow: 200 * time.Millisecond})
+	id := addLease(t, b, book.Record{Slots: slots("long"), SlotsTTL: 1500 * time.Millisecond})
+	time.Sleep(400 * time.Millisecond)
+	if got, err := b.Slots(ctx, id); err != nil || got.ID == "" {
+		t.Fatalf("rule: slots outlive the lease window until their TTL: %+v, %v", got, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the TTL, with slack (Redis expires keys on access)
+	if _, err := b.Slots(ctx, id); !errors.Is(err, book.ErrUnknown) {
+		t.Fatalf("rule: after its slots' TTL and the window a lease is unknown: %v", err)
+	}
+}
+
+// Rule: a receipt past the lease window is gone (ErrUnknown), not dropped.
+func testReceiptsExpire(t *testing.T, f Factory) {
+	b := f(t, book.Config{LeaseWindow: 200 * time.Millisecond})
+	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
+	time.Sleep(700 * time.Millisecond)
+	if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrUnknown) {
+		t.Fatalf("rule: a receipt past the lease window is ErrUnknown: %v", err)
+	}
+	if b.Dropped() != 0 {
+		t.Fatalf("rule: expiry is not a drop: Dropped() = %d", b.Dropped())
+	}
+}

@@ -1,0 +1,304 @@
+package book
+
+import (
+	"container/heap"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Memory is the in-process Book. Lease ids carry their issue time and a
+// flag saying whether the record had a receipt, under a MAC keyed per
+// process: a settle for a receipt that the cap dropped (and that is no
+// longer held) is told ErrDropped, not ErrUnknown, without keeping a
+// tombstone.
+type Memory struct {
+	cfg   Config
+	clock sluice.Clock
+	key   [32]byte
+
+	amu     sync.Mutex
+	answers map[string]*answerEntry
+	aorder  []string // insertion order, for expiry and the cap
+
+	lmu      sync.Mutex
+	recs     map[string]*record
+	receipts []fifoEntry // records with a receipt (pending or settled), oldest first
+	slots    slotHeap    // records holding slots, by expiry
+	dropped  atomic.Uint64
+}
+
+type answerEntry struct {
+	fp   string
+	ans  []byte
+	at   time.Time
+	done chan struct{}
+}
+
+type record struct {
+	slots      store.Lease
+	slotsUntil time.Time // zero: no live slots
+	receipt    []byte
+	state      receiptState
+}
+
+type receiptState uint8
+
+const (
+	noReceipt receiptState = iota // never had one
+	pending                       // kept for settle
+	settled                       // taken
+	dropped                       // dropped by the cap
+	expired                       // past the lease window
+)
+
+type fifoEntry struct {
+	id string
+	at time.Time
+}
+
+// NewMemory returns an in-process Book bounded by cfg (zero fields: the
+// defaults); clock nil is the system clock.
+func NewMemory(cfg Config, clock sluice.Clock) *Memory {
+	if clock == nil {
+		clock = sluice.SystemClock{}
+	}
+	m := &Memory{cfg: cfg.Defaults(), clock: clock, answers: map[string]*answerEntry{}, recs: map[string]*record{}}
+	rand.Read(m.key[:])
+	return m
+}
+
+// Begin implements Book.
+func (m *Memory) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
+	m.amu.Lock()
+	now := m.clock.Now()
+	m.expireAnswersLocked(now)
+	e, ok := m.answers[id]
+	if !ok {
+		m.answers[id] = &answerEntry{fp: fp, at: now, done: make(chan struct{})}
+		m.aorder = append(m.aorder, id)
+		m.amu.Unlock()
+		return nil, true, nil
+	}
+	m.amu.Unlock()
+	if e.fp != fp {
+		return nil, false, ErrMismatch
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return nil, false, nil
+	}
+	return e.ans, false, nil
+}
+
+func (m *Memory) expireAnswersLocked(now time.Time) {
+	for len(m.aorder) > 0 {
+		id := m.aorder[0]
+		e, ok := m.answers[id]
+		if ok && (now.Sub(e.at) < m.cfg.IdempotencyWindow && len(m.answers) <= m.cfg.MaxAnswers || e.ans == nil && !isClosed(e.done)) {
+			return
+		}
+		delete(m.answers, id)
+		m.aorder = m.aorder[1:]
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Finish implements Book.
+func (m *Memory) Finish(_ context.Context, id, _ string, ans []byte) {
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	e := m.answers[id]
+	if e == nil || isClosed(e.done) {
+		return
+	}
+	if ans == nil {
+		delete(m.answers, id)
+	} else {
+		e.ans, e.at = ans, m.clock.Now()
+	}
+	close(e.done)
+}
+
+// Lease ids: 6 bytes of issue time (Unix ms), 1 byte of flags, 9 random
+// bytes, 8 bytes of HMAC-SHA256 over the rest.
+const (
+	idRaw       = 24
+	flagReceipt = 1
+)
+
+func (m *Memory) newID(now time.Time, flags byte) string {
+	var raw [idRaw]byte
+	ms := uint64(now.UnixMilli())
+	binary.BigEndian.PutUint16(raw[0:2], uint16(ms>>32))
+	binary.BigEndian.PutUint32(raw[2:6], uint32(ms))
+	raw[6] = flags
+	rand.Read(raw[7:16])
+	copy(raw[16:], m.mac(raw[:16]))
+	return base64.RawURLEncoding.EncodeToString(raw[:])
+}
+
+func (m *Memory) mac(b []byte) []byte {
+	h := hmac.New(sha256.New, m.key[:])
+	h.Write(b)
+	return h.Sum(nil)[:8]
+}
+
+// issued reports whether id is one this Book issued, with its issue time
+// and flags.
+func (m *Memory) issued(id string) (time.Time, byte, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil || len(raw) != idRaw || !hmac.Equal(raw[16:], m.mac(raw[:16])) {
+		return time.Time{}, 0, false
+	}
+	ms := uint64(binary.BigEndian.Uint16(raw[0:2]))<<32 | uint64(binary.BigEndian.Uint32(raw[2:6]))
+	return time.UnixMilli(int64(ms)), raw[6], true
+}
+
+// AddLease implements Book.
+func (m *Memory) AddLease(_ context.Context, r Record) (string, error) {
+	now := m.clock.Now()
+	var flags byte
+	if len(r.Receipt) > 0 {
+		flags |= flagReceipt
+	}
+	id := m.newID(now, flags)
+	rec := &record{}
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	m.expireLocked(now)
+	if r.Slots.ID != "" {
+		rec.slots, rec.slotsUntil = r.Slots, now.Add(r.SlotsTTL)
+		heap.Push(&m.slots, slotEntry{id: id, until: rec.slotsUntil})
+	}
+	if len(r.Receipt) > 0 {
+		rec.receipt, rec.state = r.Receipt, pending
+		m.receipts = append(m.receipts, fifoEntry{id: id, at: now})
+	}
+	m.recs[id] = rec
+	for len(m.receipts) > m.cfg.MaxReceipts {
+		m.popReceiptLocked(dropped)
+	}
+	return id, nil
+}
+
+// expireLocked ends receipts past the lease window and slots past their
+// expiry, deleting records that hold neither.
+func (m *Memory) expireLocked(now time.Time) {
+	for len(m.receipts) > 0 && now.Sub(m.receipts[0].at) >= m.cfg.LeaseWindow {
+		m.popReceiptLocked(expired)
+	}
+	for m.slots.Len() > 0 && !m.slots[0].until.After(now) {
+		e := heap.Pop(&m.slots).(slotEntry)
+		if rec := m.recs[e.id]; rec != nil {
+			rec.slots, rec.slotsUntil = store.Lease{}, time.Time{}
+			m.forgetIfEmptyLocked(e.id, rec)
+		}
+	}
+}
+
+// popReceiptLocked ends the oldest receipt: dropped (by the cap) or
+// expired.
+func (m *Memory) popReceiptLocked(why receiptState) {
+	id := m.receipts[0].id
+	m.receipts[0] = fifoEntry{}
+	m.receipts = m.receipts[1:]
+	rec := m.recs[id]
+	if rec == nil {
+		return
+	}
+	if rec.state == pending {
+		rec.receipt, rec.state = nil, why
+		if why == dropped {
+			m.dropped.Add(1)
+		}
+	} else if rec.state == settled {
+		rec.state = expired
+	}
+	m.forgetIfEmptyLocked(id, rec)
+}
+
+func (m *Memory) forgetIfEmptyLocked(id string, rec *record) {
+	if rec.slotsUntil.IsZero() && rec.state != pending && rec.state != settled {
+		delete(m.recs, id)
+	}
+}
+
+// Slots implements Book.
+func (m *Memory) Slots(_ context.Context, id string) (store.Lease, error) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	m.expireLocked(m.clock.Now())
+	rec := m.recs[id]
+	if rec == nil || rec.slotsUntil.IsZero() && rec.state != pending && rec.state != settled {
+		return store.Lease{}, ErrUnknown
+	}
+	return rec.slots, nil
+}
+
+// TakeReceipt implements Book.
+func (m *Memory) TakeReceipt(_ context.Context, id string) ([]byte, error) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	now := m.clock.Now()
+	m.expireLocked(now)
+	if rec := m.recs[id]; rec != nil {
+		switch rec.state {
+		case pending:
+			rc := rec.receipt
+			rec.receipt, rec.state = nil, settled
+			return rc, nil
+		case dropped:
+			return nil, ErrDropped
+		case expired:
+			return nil, ErrUnknown
+		}
+		return nil, ErrSettled
+	}
+	at, flags, ok := m.issued(id)
+	if ok && flags&flagReceipt != 0 && now.Sub(at) < m.cfg.LeaseWindow {
+		// Issued here with a receipt, within its window, and gone: the cap
+		// dropped it (or dropped its settled record).
+		return nil, ErrDropped
+	}
+	return nil, ErrUnknown
+}
+
+// Dropped implements Book.
+func (m *Memory) Dropped() uint64 { return m.dropped.Load() }
+
+type slotEntry struct {
+	id    string
+	until time.Time
+}
+
+type slotHeap []slotEntry
+
+func (h slotHeap) Len() int           { return len(h) }
+func (h slotHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *slotHeap) Push(x any)        { *h = append(*h, x.(slotEntry)) }
+func (h *slotHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}

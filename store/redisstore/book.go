@@ -1,0 +1,228 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/keyesc"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/book"
+)
+
+// Book keeps request_id answers and lease records in Redis (keys under
+// the store's prefix), so that a retried check, a settle or a release may
+// reach any instance sharing the store:
+//
+//   - a request_id is claimed with SET NX (a pending marker with the
+//     request's fingerprint, then the answer), kept for the idempotency
+//     window;
+//   - a lease is a hash (slots, receipt) that expires after the lease
+//     window or its slots' TTL, whichever is later;
+//   - receipts are bounded: a sorted set (one key, scored by Redis time)
+//     orders them; past the lease window they leave it, and beyond
+//     MaxReceipts the oldest are dropped (their hash keeps a marker, so a
+//     settle is told book.ErrDropped) and counted.
+type Book struct {
+	c      rueidis.Client
+	prefix string
+	cfg    book.Config
+	drops  atomic.Uint64
+}
+
+// NewBook returns a Book on s's Redis, bounded by cfg (zero fields: the
+// defaults; MaxAnswers does not apply: answers expire by their window).
+func NewBook(s *Store, cfg book.Config) *Book {
+	return &Book{c: s.c, prefix: s.cfg.prefix, cfg: cfg.Defaults()}
+}
+
+var (
+	// takeReceipt takes the receipt once, unless it is past the lease
+	// window (ARGV[1] now ms, ARGV[2] window ms: a record can outlive its
+	// receipt's window to hold its slots).
+	takeReceiptScript = rueidis.NewLuaScript(`
+local v = redis.call('HGET', KEYS[1], 'r')
+if v then
+  local t = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
+  if tonumber(ARGV[1]) - t >= tonumber(ARGV[2]) then return {'u'} end
+  redis.call('HDEL', KEYS[1], 'r'); return {'r', v}
+end
+if redis.call('HEXISTS', KEYS[1], 'd') == 1 then return {'d'} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'s'} end
+return {'u'}`)
+	// receipts orders receipts by arrival (Redis time in microseconds,
+	// made strictly increasing): it drops those past the window (ARGV[2]
+	// ms) and, beyond ARGV[3], pops and returns the oldest.
+	receiptsScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local score = now
+if top[2] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+redis.call('ZADD', KEYS[1], score, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]) * 1000)
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
+if over > 0 then return redis.call('ZPOPMIN', KEYS[1], over) end
+return {}`)
+	dropScript = rueidis.NewLuaScript(`
+if redis.call('HEXISTS', KEYS[1], 'r') == 1 then
+  redis.call('HDEL', KEYS[1], 'r'); redis.call('HSET', KEYS[1], 'd', '1'); return 1
+end
+return 0`)
+)
+
+// pending marks a request_id whose first request is still deciding; the
+// fingerprint follows it, and after "a:" the fingerprint and the answer.
+const (
+	pendingTag = "p:"
+	answerTag  = "a:"
+)
+
+func (b *Book) idemKey(id string) string {
+	return b.prefix + "idem:{" + string(keyesc.Append(nil, id, "{}")) + "}"
+}
+func (b *Book) leaseKey(id string) string { return b.prefix + "lease:{" + id + "}" }
+func (b *Book) receiptsKey() string       { return b.prefix + "receipts" }
+
+// Begin implements book.Book.
+func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
+	key := b.idemKey(id)
+	err := b.c.Do(ctx, b.c.B().Set().Key(key).Value(pendingTag+fp).Nx().Px(b.cfg.IdempotencyWindow).Build()).Error()
+	if err == nil {
+		return nil, true, nil
+	}
+	if !rueidis.IsRedisNil(err) {
+		return nil, false, err
+	}
+	// Someone has it: wait for its answer (a racing retry), bounded.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := b.c.Do(ctx, b.c.B().Get().Key(key).Build()).ToString()
+		switch {
+		case rueidis.IsRedisNil(err):
+			return nil, false, nil // it failed and was forgotten
+		case err != nil:
+			return nil, false, err
+		case len(v) >= len(answerTag)+len(fp)+1 && v[:len(answerTag)] == answerTag:
+			if v[len(answerTag):len(answerTag)+len(fp)] != fp {
+				return nil, false, book.ErrMismatch
+			}
+			return []byte(v[len(answerTag)+len(fp)+1:]), false, nil
+		case v != pendingTag+fp:
+			return nil, false, book.ErrMismatch
+		}
+		if time.Now().After(deadline) {
+			return nil, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Finish implements book.Book.
+func (b *Book) Finish(ctx context.Context, id, fp string, ans []byte) {
+	ctx = context.WithoutCancel(ctx) // record it even if the client left
+	key := b.idemKey(id)
+	if ans == nil {
+		b.c.Do(ctx, b.c.B().Del().Key(key).Build())
+		return
+	}
+	b.c.Do(ctx, b.c.B().Set().Key(key).Value(answerTag+fp+":"+string(ans)).Xx().Px(b.cfg.IdempotencyWindow).Build())
+}
+
+type storedSlots struct {
+	ID   string   `json:"id"`
+	Keys []string `json:"keys"`
+}
+
+func newID() string {
+	var raw [16]byte
+	rand.Read(raw[:])
+	return base64.RawURLEncoding.EncodeToString(raw[:])
+}
+
+// AddLease implements book.Book: the record's hash, its expiry and, with a
+// receipt, its place among the receipts, in one pipeline.
+func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
+	id := newID()
+	s, _ := json.Marshal(storedSlots(r.Slots))
+	key := b.leaseKey(id)
+	cmd := b.c.B().Hset().Key(key).FieldValue().FieldValue("s", string(s)) // 's' always: the hash outlives its receipt
+	if len(r.Receipt) > 0 {
+		cmd = cmd.FieldValue("r", string(r.Receipt)).FieldValue("t", strconv.FormatInt(time.Now().UnixMilli(), 10))
+	}
+	ttl := max(b.cfg.LeaseWindow, r.SlotsTTL)
+	cmds := rueidis.Commands{cmd.Build(), b.c.B().Pexpire().Key(key).Milliseconds(ttl.Milliseconds()).Build()}
+	res := b.c.DoMulti(ctx, cmds...)
+	for _, x := range res {
+		if err := x.Error(); err != nil {
+			return "", err
+		}
+	}
+	if len(r.Receipt) > 0 {
+		popped, err := receiptsScript.Exec(ctx, b.c, []string{b.receiptsKey()},
+			[]string{id, strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10), strconv.Itoa(b.cfg.MaxReceipts)}).ToArray()
+		if err != nil {
+			return id, err // the lease is recorded; only its place among receipts is not
+		}
+		for i := 0; i+1 < len(popped); i += 2 { // ZPOPMIN: member, score
+			old, err := popped[i].ToString()
+			if err != nil {
+				continue
+			}
+			if n, err := dropScript.Exec(ctx, b.c, []string{b.leaseKey(old)}, nil).AsInt64(); err == nil && n == 1 {
+				b.drops.Add(1)
+			}
+		}
+	}
+	return id, nil
+}
+
+// Slots implements book.Book.
+func (b *Book) Slots(ctx context.Context, id string) (store.Lease, error) {
+	v, err := b.c.Do(ctx, b.c.B().Hget().Key(b.leaseKey(id)).Field("s").Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return store.Lease{}, book.ErrUnknown
+	}
+	if err != nil {
+		return store.Lease{}, err
+	}
+	var s storedSlots
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return store.Lease{}, errors.New("redisstore: corrupt lease record")
+	}
+	return store.Lease(s), nil
+}
+
+// TakeReceipt implements book.Book.
+func (b *Book) TakeReceipt(ctx context.Context, id string) ([]byte, error) {
+	v, err := takeReceiptScript.Exec(ctx, b.c, []string{b.leaseKey(id)},
+		[]string{strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10)}).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	tag, _ := v[0].ToString()
+	switch tag {
+	case "r":
+		rc, err := v[1].ToString()
+		return []byte(rc), err
+	case "d":
+		return nil, book.ErrDropped
+	case "s":
+		return nil, book.ErrSettled
+	}
+	return nil, book.ErrUnknown
+}
+
+// Dropped implements book.Book: receipts this instance dropped.
+func (b *Book) Dropped() uint64 { return b.drops.Load() }
