@@ -253,7 +253,7 @@ func (g *Gate) Pause(d time.Duration) {
 			signal(w)
 		}
 		g.logLocked(slog.LevelWarn, "rate limit: server hint pauses the gate",
-			slog.Duration("retry_after", d), slog.Time("paused_until", until))
+			slog.Int64("retry_after_ms", ceilMS(d)), slog.Time("paused_until", until))
 	}
 	g.mu.Unlock()
 }
@@ -738,9 +738,17 @@ func (g *Gate) reject(err error, reason string, cost int64, attempt int, waited 
 		slog.String("result", "rejected"), slog.String("reason", reason),
 		slog.Int64("bucket_capacity", g.limit.Capacity), slog.Float64("refill_per_second", g.limit.Rate),
 		slog.Int64("token_cost", cost), slog.Float64("tokens_remaining", g.b.Tokens()),
-		slog.Bool("retry", attempt > 1), slog.Int("attempt", attempt), slog.Duration("waited", waited),
+		slog.Bool("retry", attempt > 1), slog.Int("attempt", attempt), slog.Int64("waited_ms", ceilMS(waited)),
 		slog.String("error", err.Error()))
 	g.mu.Unlock()
+}
+
+// ceilMS is d in whole milliseconds, rounded up (the logs' unit).
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // logLocked writes a record if the log budget allows; g.mu must be held.

@@ -555,14 +555,37 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 			result = 1
 		}
 		c.counters[which[j]][result][attempt].Inc()
-		if !st.Allowed {
-			l.logf(slog.LevelInfo, "rate limit: request refused",
-				slog.String("limiter", st.Name), slog.String("result", "rejected"),
-				slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),
-				slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining),
-				slog.String("key", st.Key), slog.Bool("retry", req.Retry), slog.Duration("retry_after", st.RetryAfter))
+		if !st.Allowed && l.log != nil {
+			l.logRefusal(c, which[j], st, req)
 		}
 	}
+}
+
+// logRefusal logs a limit's refusal with the fields of its kind: a token
+// bucket's are the behaviour contract's (bucket_capacity,
+// refill_per_second, token_cost, tokens_remaining), a window's its limit
+// and length, an in-flight cap's max_in_flight and in_flight. Durations are
+// milliseconds; the key shows redacted descriptors as a hash.
+func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
+	lim := c.p.Limits[i]
+	key := st.Key
+	if len(c.p.Redact) > 0 {
+		key, _ = c.p.DisplayKey(lim, req.Descriptors)
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs, slog.String("limiter", st.Name), slog.String("result", "rejected"), slog.String("algorithm", st.Algorithm))
+	switch lim.Kind {
+	case policy.Concurrency:
+		attrs = append(attrs, slog.Int64("max_in_flight", st.Capacity), slog.Int64("in_flight", st.Capacity-st.TokensRemaining))
+	case policy.SlidingWindow, policy.FixedWindow:
+		attrs = append(attrs, slog.Int64("window_limit", st.Capacity), slog.Int64("window_ms", st.Window.Milliseconds()),
+			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
+	default:
+		attrs = append(attrs, slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),
+			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
+	}
+	attrs = append(attrs, slog.String("key", key), slog.Bool("retry", req.Retry), slog.Int64("retry_after_ms", CeilMS(st.RetryAfter)))
+	l.logf(slog.LevelInfo, "rate limit: request refused", attrs...)
 }
 
 // logf writes a record within the log budget.

@@ -3,6 +3,8 @@ package limiter_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -516,4 +518,62 @@ func TestSetPolicyChangedLimits(t *testing.T) {
 	if r := check(t, l, limiter.Request{Descriptors: desc, Peek: true}); r.Limits[0].TokensRemaining != 5 {
 		t.Fatalf("1/s -> 1/m (other units): %d left, want 5 (a new bucket)", r.Limits[0].TokensRemaining)
 	}
+}
+
+// Refusal records: durations in milliseconds, each kind with its own
+// fields (an in-flight cap's max_in_flight and in_flight, not bucket
+// fields), and redacted descriptors shown only as a hash.
+func TestRefusalLogFields(t *testing.T) {
+	var buf bytes.Buffer
+	c := sluice.NewManualClock(epoch)
+	l := limiterOver(t, `
+redact: [api_key]
+limits:
+  - name: per_key
+    key: "api_key:{api_key}"
+    capacity: 1
+    refill_per_second: 0.5
+  - name: slots
+    key: "user:{user}"
+    max_in_flight: 1
+    lease_ttl: 30s
+`, memstore.New(memstore.WithClock(c)), limiter.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	k := map[string]string{"api_key": "sk-secret-123"}
+	check(t, l, limiter.Request{Descriptors: k})
+	check(t, l, limiter.Request{Descriptors: k})
+	u := map[string]string{"user": "ann"}
+	check(t, l, limiter.Request{Descriptors: u})
+	check(t, l, limiter.Request{Descriptors: u})
+	var recs []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		recs = append(recs, m)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("want 2 refusal records, got %d: %s", len(recs), buf.String())
+	}
+	b, s := recs[0], recs[1]
+	if b["limiter"] != "per_key" || b["retry_after_ms"] != 2000.0 || b["bucket_capacity"] != 1.0 || b["refill_per_second"] != 0.5 ||
+		b["key"] != "api_key:#"+sha8("sk-secret-123") || strings.Contains(buf.String(), "sk-secret") {
+		t.Errorf("bucket refusal: %v", b)
+	}
+	if _, ok := b["retry_after"]; ok {
+		t.Errorf("raw nanoseconds logged: %v", b)
+	}
+	if s["limiter"] != "slots" || s["max_in_flight"] != 1.0 || s["in_flight"] != 1.0 || s["retry_after_ms"] != 30000.0 {
+		t.Errorf("in-flight refusal: %v", s)
+	}
+	for _, f := range []string{"bucket_capacity", "refill_per_second", "tokens_remaining"} {
+		if _, ok := s[f]; ok {
+			t.Errorf("in-flight refusal carries bucket field %s: %v", f, s)
+		}
+	}
+}
+
+func sha8(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:4])
 }
