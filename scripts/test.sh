@@ -24,12 +24,20 @@ if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
 	go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
 fi
 staticcheck -version
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+# apt installs Debian packages: as root directly, else through sudo when
+# there is one; otherwise it says what to install and stops.
+apt_install() {
 	if [ "$(id -u)" = 0 ]; then
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+	elif command -v sudo >/dev/null; then
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
 	else
-		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
+		echo "test.sh: install these Debian packages first (not root, and no sudo): $*" >&2
+		exit 1
 	fi
+}
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	apt_install redis-server redis-tools
 fi
 redis-server --version
 
