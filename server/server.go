@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxWait caps a request's max_wait_ms (default 10 s).
 	MaxWait time.Duration
+	// NoWait decides every check at once, whatever its max_wait_ms: the
+	// cap on waiting is zero (MaxWait is then ignored; MaxWait 0 alone means
+	// the default).
+	NoWait bool
 	// MaxWaiting caps the requests the server holds at once for max_wait_ms
 	// (default 1024); beyond it a request is decided at once.
 	MaxWaiting int
@@ -71,6 +76,21 @@ type Config struct {
 	// Ready reports whether the store is reachable (for /readyz); nil means
 	// always.
 	Ready func(context.Context) error
+	// StoreMode is the on_store_error that limits without their own follow
+	// when the store is unreachable ("fail_open", "fail_closed" or
+	// "local"). With it, /readyz answers 200 ("degraded") while Ready
+	// fails, as long as no limit in force (the policy's, read at each
+	// request) fails closed (or has a mode other than fail_open and local);
+	// else 503. Empty: /readyz answers 503 whenever Ready fails.
+	StoreMode string
+	// ReadyRequiresStore makes /readyz answer 503 whenever Ready fails,
+	// whatever the modes in force.
+	ReadyRequiresStore bool
+	// EnvoyPolicy, in Envoy-config mode (Limiter nil), returns the body of
+	// GET /v1/policy (any value encoding/json encodes; called at each
+	// request, so it reports the configuration in force). Nil: /v1/policy
+	// answers 404 there, like every /v1/ path.
+	EnvoyPolicy func() any
 }
 
 // Server is the HTTP service. It is safe for concurrent use.
@@ -86,7 +106,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 10
 	}
-	if cfg.MaxWait <= 0 {
+	if cfg.NoWait {
+		cfg.MaxWait = 0
+	} else if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 10 * time.Second
 	}
 	if cfg.MaxWaiting <= 0 {
@@ -118,6 +140,11 @@ func New(cfg Config) (*Server, error) {
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
 	} else {
 		// Envoy-config mode: decisions are served over gRPC only.
+		if cfg.EnvoyPolicy != nil {
+			s.mux.HandleFunc("GET /v1/policy", s.auth(func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, http.StatusOK, cfg.EnvoyPolicy())
+			}))
+		}
 		s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 			fail(w, http.StatusNotFound, "no_policy", "this service runs Envoy's configuration: use the gRPC RateLimitService")
 		})
@@ -316,6 +343,9 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 		Refill    float64           `json:"refill_per_second,omitempty"`
 		Window    string            `json:"window,omitempty"`
 		LeaseTTL  string            `json:"lease_ttl,omitempty"`
+		// OnStoreError is the limit's own on_store_error (absent: the
+		// server's --on-store-error).
+		OnStoreError string `json:"on_store_error,omitempty"`
 	}
 	out := struct {
 		Version string `json:"version"`
@@ -323,7 +353,7 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 		Source  string `json:"source"`
 	}{Version: p.Version, Source: string(p.Source)}
 	for _, l := range p.Limits {
-		x := lim{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When, Capacity: l.Capacity()}
+		x := lim{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When, Capacity: l.Capacity(), OnStoreError: l.OnStoreError}
 		switch l.Kind {
 		case policy.TokenBucket:
 			x.Refill = l.Bucket.Rate
@@ -337,18 +367,70 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// readiness is the body of /readyz. Status is "ready" (the store answers,
+// or there is no shared store), "degraded" (the store is unreachable and
+// every limit in force is answered by its on_store_error) or "unavailable"
+// (503: a limit in force fails closed, or ReadyRequiresStore). Store is
+// "reachable" or "unreachable" (absent without a Ready probe); Mode is
+// StoreMode and Modes the distinct on_store_error of the limits in force,
+// sorted, while the store is unreachable. A 503 also carries Error and
+// Code ("store_unreachable").
+type readiness struct {
+	Status     string   `json:"status"`
+	Store      string   `json:"store,omitempty"`
+	Mode       string   `json:"mode,omitempty"`
+	Modes      []string `json:"modes,omitempty"`
+	StoreError string   `json:"store_error,omitempty"`
+	Error      string   `json:"error,omitempty"`
+	Code       string   `json:"code,omitempty"`
+}
+
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Limiter != nil && s.cfg.Limiter.Policy() == nil {
-		fail(w, http.StatusServiceUnavailable, "no_policy", "no policy loaded")
-		return
-	}
-	if s.cfg.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := s.cfg.Ready(ctx); err != nil {
-			fail(w, http.StatusServiceUnavailable, "store_unreachable", "%v", err)
+	var p *policy.Policy
+	if s.cfg.Limiter != nil {
+		if p = s.cfg.Limiter.Policy(); p == nil {
+			fail(w, http.StatusServiceUnavailable, "no_policy", "no policy loaded")
 			return
 		}
 	}
-	io.WriteString(w, "ready\n")
+	if s.cfg.Ready == nil {
+		writeJSON(w, http.StatusOK, readiness{Status: "ready"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	err := s.cfg.Ready(ctx)
+	if err == nil {
+		writeJSON(w, http.StatusOK, readiness{Status: "ready", Store: "reachable"})
+		return
+	}
+	// The modes in force: each limit's own, else the store's default (in
+	// Envoy-config mode, the default alone).
+	var modes []string
+	if p == nil {
+		if s.cfg.StoreMode != "" {
+			modes = []string{s.cfg.StoreMode}
+		}
+	} else {
+		for _, l := range p.Limits {
+			m := l.OnStoreError
+			if m == "" {
+				m = s.cfg.StoreMode
+			}
+			if m != "" && !slices.Contains(modes, m) {
+				modes = append(modes, m)
+			}
+		}
+		slices.Sort(modes)
+	}
+	rd := readiness{Status: "degraded", Store: "unreachable", Mode: s.cfg.StoreMode, Modes: modes, StoreError: err.Error()}
+	// Only fail_open and local answer without the store.
+	unanswerable := func(m string) bool { return m != "fail_open" && m != "local" }
+	if s.cfg.StoreMode == "" || s.cfg.ReadyRequiresStore || slices.ContainsFunc(modes, unanswerable) {
+		rd.Status, rd.Code = "unavailable", "store_unreachable"
+		rd.Error = "the store is unreachable: " + err.Error()
+		writeJSON(w, http.StatusServiceUnavailable, rd)
+		return
+	}
+	writeJSON(w, http.StatusOK, rd)
 }

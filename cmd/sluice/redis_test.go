@@ -207,8 +207,14 @@ func TestServeRedisFailureModes(t *testing.T) {
 			if !tc.want(a, r, u) {
 				t.Fatalf("%s with Redis down: admitted %d, refused %d, unavailable %d", tc.mode, a, r, u)
 			}
-			if code, _ := call(t, p, "GET", "/readyz", ""); code != 503 {
-				t.Fatalf("readyz %d with Redis down", code)
+			// Ready while every limit can be answered by its mode; not
+			// under fail_closed.
+			wantCode, wantStatus := 200, `"status":"degraded"`
+			if tc.mode == "fail_closed" {
+				wantCode, wantStatus = 503, `"status":"unavailable"`
+			}
+			if code, body := call(t, p, "GET", "/readyz", ""); code != wantCode || !strings.Contains(body, wantStatus) {
+				t.Fatalf("readyz %d %s with Redis down", code, body)
 			}
 			p.waitLog(t, "store unreachable")
 			_, metrics := call(t, p, "GET", "/metrics", "")
@@ -220,8 +226,8 @@ func TestServeRedisFailureModes(t *testing.T) {
 			}
 			deadline := time.Now().Add(10 * time.Second)
 			for {
-				code, _ := call(t, p, "GET", "/readyz", "")
-				if code == 200 {
+				code, body := call(t, p, "GET", "/readyz", "")
+				if code == 200 && strings.Contains(body, `"status":"ready"`) {
 					break
 				}
 				if time.Now().After(deadline) {
