@@ -197,6 +197,32 @@ var (
 	ErrUnavailable = errors.New("store: unavailable")
 )
 
+// FullError is the error of a store that holds its maximum number of keys
+// and refused a request needing a new one (nothing was taken). It matches
+// ErrFull: errors.Is(err, ErrFull) holds for it.
+type FullError struct {
+	Keys int64  // keys held when the request was refused
+	Cap  int64  // the most keys the store holds
+	Key  string // the new key refused
+	// RetryAfter is how long until the store expects room for a new key
+	// (a held key becoming idle and evictable); the store's documentation
+	// says how precise it is. 0 when the store cannot tell.
+	RetryAfter time.Duration
+}
+
+// Error reads "store: key capacity reached: K keys held (cap C); new key
+// "k" refused", followed by "; room in D" when RetryAfter is known.
+func (e *FullError) Error() string {
+	msg := fmt.Sprintf("%v: %d keys held (cap %d); new key %q refused", ErrFull, e.Keys, e.Cap, e.Key)
+	if e.RetryAfter > 0 {
+		msg += "; room in " + e.RetryAfter.String()
+	}
+	return msg
+}
+
+// Unwrap returns ErrFull.
+func (e *FullError) Unwrap() error { return ErrFull }
+
 // BucketState brings a keyed token bucket's state (tat, origin, phase) to
 // time d (ns in the store's time base): a new or full bucket restarts at
 // origin d (a full bucket equals a new one), and a state that has run past

@@ -1,8 +1,61 @@
 package memstore
 
+import (
+	"fmt"
+	"slices"
+)
+
 // NoEviction makes a store keep every key: the reference that eviction is
 // compared with.
 func NoEviction() Option { return func(s *Store) { s.noEvict = true } }
 
 // ShardOf is the shard a key lives in.
 func (s *Store) ShardOf(key string) int { return s.shardOf(key) }
+
+// HeldKeys counts the keys the shards hold; with no request in flight it
+// must equal Stats().Keys.
+func (s *Store) HeldKeys() int64 {
+	n := int64(0)
+	for i := range s.shards {
+		shd := &s.shards[i]
+		shd.mu.Lock()
+		n += int64(shd.m.n + len(shd.leases))
+		shd.mu.Unlock()
+	}
+	return n
+}
+
+// Scans is how many times a shard was scanned for idle keys.
+func (s *Store) Scans() uint64 { return s.scans.Load() }
+
+// CheckIdleBounds reports a shard whose bound of its keys' idle times is
+// above a key's idle time (or whose wake time is not the bound or the
+// rescan time), which would make eviction miss idle keys and RetryAfter
+// too late.
+func (s *Store) CheckIdleBounds() error {
+	for i := range s.shards {
+		shd := &s.shards[i]
+		shd.mu.Lock()
+		err := func() error {
+			if w := shd.wake.Load(); w != max(shd.low, shd.calm) {
+				return fmt.Errorf("shard %d: wake %d, low %d, calm %d", i, w, shd.low, shd.calm)
+			}
+			for j := uint32(0); j < shd.m.next; j++ {
+				if e := shd.m.at(j); e.key != "" && e.idle < shd.low {
+					return fmt.Errorf("shard %d: key %q idle at %d, bound %d", i, e.key, e.idle, shd.low)
+				}
+			}
+			for k, sl := range shd.leases {
+				if len(sl.exp) > 0 && slices.Max(sl.exp) < shd.low {
+					return fmt.Errorf("shard %d: lease set %q idle at %d, bound %d", i, k, slices.Max(sl.exp), shd.low)
+				}
+			}
+			return nil
+		}()
+		shd.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -4,17 +4,50 @@
 //
 // Eviction changes no decision: a key is evicted only once its state equals
 // a new key's (a full token bucket, a sliding window whose counts have
-// aged out, no live leases). The cap bounds memory against callers that
-// invent keys: when a shard holds its share of the cap and nothing in it is
-// idle, a request needing a new key there is refused with store.ErrFull
-// (fail closed: nothing is taken), and existing keys keep working.
+// aged out, a lease set with no live lease). A key is idle from the time
+// its state becomes a new key's: a bucket's when it is full again, a
+// window's when its counts have aged out, a lease set's when its last
+// lease expires or is released.
+//
+// The cap (WithMaxKeys) bounds memory against callers that invent keys. It
+// counts every key held — token buckets, windows and lease sets — over the
+// whole store, not per shard: a cap of N admits exactly N distinct keys,
+// whatever their hashes (see WithMaxKeys for the one limit of a shard).
+// A request that needs a new key while N are held first evicts idle keys,
+// from any shard; when none is idle it is refused with a *store.FullError
+// (matching store.ErrFull; fail closed: nothing is taken), whose
+// RetryAfter says when a key will be idle, and existing keys keep working.
+//
+// Looking for idle keys costs no scan while none can be idle: each shard
+// keeps a lower bound of its keys' idle times (exact after the shard is
+// scanned, lowered by every write of an earlier one), and a shard is
+// scanned (all its keys, evicting every idle one) only once that bound has
+// passed, and then at most once per (its keys × 100 ns, at most 1 s): so a
+// key that becomes idle less than that after its shard was last scanned
+// may wait that long before it is found.
+//
+// A refusal's FullError.RetryAfter is the time until the earliest of the
+// shards' bounds and rescan waits (64 atomic reads, no scan). No key held
+// becomes idle and evictable before it on its own — a lease released, a
+// charge refunded, or a concurrent request that counted a new key and was
+// then refused can make room sooner — so a retry any earlier is refused.
+// It is exact (a key is idle then) when the bound of the shard holding the
+// key with the earliest idle time is exact: that key was not used since
+// the shard was last scanned, or it was new then. Else it is earlier than
+// the truth, and a retry then may be refused with a later RetryAfter. A
+// lease set is idle when its last lease expires or is released, so with
+// every key a lease set held by live slots RetryAfter is the earliest such
+// expiry; a bucket in unbounded debt is never idle. RetryAfter is 0 when
+// no key held will ever be idle (or all the room is counted by requests
+// in flight), else at least 1 ns. (This assumes a clock that does not go
+// back; a WithClock clock may.)
 package memstore
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
+	"errors"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -35,6 +68,23 @@ const DefaultMaxKeys = 1_000_000
 
 const shardCount = 64
 
+// MaxShardKeys is the most buckets and windows one shard holds (the
+// indexes of its table are 24 bits); see WithMaxKeys.
+const MaxShardKeys = maxEntries
+
+// cleanCost is the time a shard waits between two scans for idle keys, per
+// key scanned (a scan costs a few ns a key: the wait bounds the share of
+// time spent scanning when a shard's bound of its idle times is stale),
+// and maxCalm the longest such wait.
+const (
+	cleanCost = 100
+	maxCalm   = int64(time.Second)
+)
+
+// maxAttempts is how many times a request needing a new key is decided
+// when making room for it finds other requests took the room first.
+const maxAttempts = 3
+
 // Option configures New.
 type Option func(*Store)
 
@@ -43,12 +93,19 @@ type Option func(*Store)
 // leases, wall time for window boundaries.
 func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 
-// WithMaxKeys caps the keys held (buckets, windows and lease sets); n < 1
-// means DefaultMaxKeys.
+// WithMaxKeys caps the keys held: buckets, windows and lease sets, all
+// counted together over the whole store. A cap of n admits exactly n
+// distinct keys whatever their hashes (Stats().Keys never exceeds n; keys
+// being created by requests in flight count), and a request that would
+// hold an (n+1)th is refused with a *store.FullError unless an idle key can
+// be evicted to make room. One limit applies besides: a shard holds at
+// most MaxShardKeys buckets and windows, so a cap above MaxShardKeys is
+// exact only while no shard (of 64, picked by a hash with a secret
+// per-store seed) would hold more. n < 1 means DefaultMaxKeys.
 func WithMaxKeys(n int) Option {
 	return func(s *Store) {
 		if n >= 1 {
-			s.maxKeys = n
+			s.maxKeys = int64(n)
 		}
 	}
 }
@@ -57,13 +114,13 @@ func WithMaxKeys(n int) Option {
 type Store struct {
 	clock     sluice.Clock
 	t0        time.Time
-	maxKeys   int
-	perShard  int
+	maxKeys   int64
 	seed      maphash.Seed
 	leaseBase string
 	leaseSeq  atomic.Uint64
 	keys      atomic.Int64
 	evictions atomic.Uint64
+	scans     atomic.Uint64 // shards scanned by clean
 	closed    atomic.Bool
 	noEvict   bool // tests: keep every key
 	shards    [shardCount]shard
@@ -74,7 +131,16 @@ type shard struct {
 	m      table
 	leases map[string]*slots
 	ops    uint32
-	_      [40]byte
+	// low is at most the idle time (ns since t0) of every key the shard
+	// holds (math.MaxInt64: none will be idle): exact after clean, lowered
+	// by every write of an earlier idle time (noteIdle).
+	low int64
+	// calm is the earliest time clean scans the shard again.
+	calm int64
+	// wake is max(low, calm), read without the lock: clean evicts nothing
+	// from the shard before it.
+	wake atomic.Int64
+	_    [16]byte
 }
 
 // entry is a key's state: for a token bucket (tat, origin, phase), for a
@@ -101,18 +167,20 @@ func New(opts ...Option) *Store {
 	} else {
 		s.t0 = time.Now()
 	}
-	s.perShard = min(max(s.maxKeys/shardCount, 1), maxEntries) // a table indexes at most maxEntries
 	var b [8]byte
 	rand.Read(b[:])
 	s.leaseBase = strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36) + "-"
 	for i := range s.shards {
 		s.shards[i].m.seed = s.seed
 		s.shards[i].leases = map[string]*slots{}
+		s.shards[i].low, s.shards[i].calm = math.MaxInt64, math.MinInt64
+		s.shards[i].wake.Store(math.MaxInt64)
 	}
 	return s
 }
 
-// Stats returns the keys held and evictions so far.
+// Stats returns the keys held (counting those requests in flight are
+// creating; never more than the cap) and evictions so far.
 func (s *Store) Stats() store.Stats {
 	return store.Stats{Keys: s.keys.Load(), Evictions: s.evictions.Load()}
 }
@@ -143,9 +211,11 @@ func shardOf(h uint64) int { return int(h & (shardCount - 1)) }
 
 func (s *Store) shardOf(key string) int { return shardOf(s.hash(key)) }
 
-// Take implements store.Store.
+// Take implements store.Store. A request needing a new key while the store
+// holds its cap is refused with a *store.FullError unless idle keys can be
+// evicted to make room (see the package documentation).
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
-	return s.take(items, false)
+	return s.take(items, false, 1)
 }
 
 // TakeBorrowed implements store.KeyBorrower: items' keys may alias memory
@@ -154,10 +224,23 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 // may keep: the store's own copy where it holds the key (no allocation for
 // a decision on an existing key), else a fresh copy.
 func (s *Store) TakeBorrowed(ctx context.Context, items []store.Item) (store.Result, error) {
-	return s.take(items, true)
+	return s.take(items, true, 1)
 }
 
-func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
+// errNoRoom is take1's report that a new key found no room in the cap nor
+// in the shard it holds locked.
+var errNoRoom = errors.New("memstore: no room")
+
+// noRoom goes with errNoRoom: the item whose new key found no room, and
+// the keys held then.
+type noRoom struct {
+	item int
+	keys int64
+}
+
+// take decides items; attempt counts the decisions of this request (a
+// new key that found no room makes room and decides again).
+func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Result, error) {
 	if s.closed.Load() {
 		if borrowed {
 			ownKeys(items)
@@ -180,6 +263,9 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 			s.sweep(shd, d)
 		}
 		shd.mu.Unlock()
+		if err == errNoRoom {
+			return s.retry(items, borrowed, attempt, noRoom{keys: s.keys.Load()}, d)
+		}
 		return res, err
 	}
 	// Each item's shard, and every shard involved locked in ascending order.
@@ -201,43 +287,42 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 	for _, x := range locked {
 		s.shards[x].mu.Lock()
 	}
-	defer func() {
-		for _, x := range locked {
-			s.shards[x].mu.Unlock()
-		}
-	}()
 
 	res := store.Result{Allowed: true}
-	roomMade := false // makeRoom may have evicted an entry an earlier item holds
+	var rm room
 	for i := range items {
 		it := &items[i]
 		shd := &s.shards[itemShard[i]]
+		var isNew bool
 		switch it.Spec.Kind {
 		case store.Concurrency:
-			it.Decision = s.peekSlots(shd, *it, d)
+			var sl *slots
+			it.Decision, sl = s.peekSlots(shd, *it, d)
+			isNew = sl == nil
 		default:
 			e := shd.m.get(hashes[i], it.Key)
-			if e == nil && it.Cost > 0 && shd.m.n+len(shd.leases) >= s.perShard { // a peek creates nothing
-				roomMade = true
-				if !s.makeRoom(shd, d) {
-					if borrowed {
-						ownKeys(items)
-					}
-					return store.Result{}, s.fullError(it.Key)
-				}
-			}
 			ents[i] = e
 			var cur entry
 			if e != nil {
 				cur = e.entry
 			}
 			next[i], it.Decision = step(*it, cur, e != nil, d, s.wall(wall, d))
+			isNew = e == nil
 		}
 		if !it.Decision.Allowed {
 			res.Allowed = false
 		}
+		// A new key needs room, unless the request is refused anyway
+		// (then it creates nothing) or the item only peeks.
+		if isNew && res.Allowed && it.Cost > 0 && !s.roomFor(&rm, items[:i+1], ents, itemShard, locked, d) {
+			nr := noRoom{item: i, keys: s.keys.Load()}
+			s.keys.Add(-int64(rm.held))
+			s.unlock(locked)
+			return s.retry(items, borrowed, attempt, nr, d)
+		}
 	}
 	if !res.Allowed {
+		s.keys.Add(-int64(rm.held))
 		for i := range items {
 			if it := &items[i]; it.Decision.Allowed && it.Cost > 0 {
 				// Nothing was taken: report this item's state as it is.
@@ -247,6 +332,7 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 				ownKey(&items[i], ents[i]) // (nil for Concurrency items)
 			}
 		}
+		s.unlock(locked)
 		return res, nil
 	}
 	for i := range items {
@@ -256,43 +342,135 @@ func (s *Store) take(items []store.Item, borrowed bool) (store.Result, error) {
 			if borrowed {
 				ownKey(it, nil)
 			}
-			s.takeSlot(shd, it, d, &res)
+			if s.takeSlot(shd, it, d, &res) {
+				rm.held--
+			}
 			continue
 		}
 		if it.Cost > 0 {
 			it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), it.Decision.ResetAfter)
 		}
 		e := ents[i]
-		switch {
-		case e != nil && !roomMade:
+		if rm.made && e != nil && e.key != it.Key {
+			e = nil // evicted to make room (it was idle: the same as new)
+		}
+		if e != nil {
 			e.entry = next[i] // in place: no second map operation
-		case e != nil || it.Cost > 0: // a peek creates nothing
-			if e = shd.m.get(hashes[i], it.Key); e != nil {
-				e.entry = next[i]
-			} else {
-				e = s.insert(shd, hashes[i], it.Key, next[i], borrowed) // nil: not kept (the table is at its limit)
+		} else if it.Cost > 0 { // a peek creates nothing
+			if e = s.insert(shd, hashes[i], it.Key, next[i], borrowed); e != nil {
+				rm.held--
+				shd.noteIdle(next[i].idle)
 			}
 		}
 		if borrowed {
 			ownKey(it, e)
 		}
 	}
+	if rm.held != 0 {
+		s.keys.Add(-int64(rm.held)) // counted, not used
+	}
 	for _, x := range locked {
 		s.sweep(&s.shards[x], d)
 	}
+	s.unlock(locked)
 	return res, nil
 }
 
-// take1 decides a single item in its locked shard.
+// unlock unlocks the shards locked.
+func (s *Store) unlock(locked []int) {
+	for _, x := range locked {
+		s.shards[x].mu.Unlock()
+	}
+}
+
+// retry makes room for a request whose new key (item nr.item) found none
+// at time d, in every shard, holding no lock but the one being cleaned
+// (so that it cannot deadlock with take's ordered locking), and decides
+// the request again (nothing was taken); a FullError when there is still
+// no room or this was the last attempt.
+func (s *Store) retry(items []store.Item, borrowed bool, attempt int, nr noRoom, d int64) (store.Result, error) {
+	if attempt >= maxAttempts || !s.makeRoom(d) {
+		if borrowed {
+			ownKeys(items)
+		}
+		return store.Result{}, s.fullError(items[nr.item].Key, nr.keys, d)
+	}
+	return s.take(items, borrowed, attempt+1)
+}
+
+// room is a request's account of the keys it counts against the cap.
+type room struct {
+	held    int  // keys counted for the request's new keys
+	made    bool // it evicted keys (an earlier item's entry may be gone)
+	cleaned bool // it cleaned the shards it holds
+}
+
+// roomFor makes r count the keys that items, decided so far in their
+// locked shards (the last one needing a new key), would create: from the
+// cap's free room, else by evicting the idle keys of the shards locked
+// (their counts become the request's). False when there is no room (the
+// keys r counts are left for the caller to release).
+func (s *Store) roomFor(r *room, items []store.Item, ents []*tentry, itemShard, locked []int, d int64) bool {
+	last := &items[len(items)-1]
+	shd := &s.shards[itemShard[len(items)-1]]
+	for {
+		need, inTables := s.keysNeeded(items, ents, itemShard)
+		tableRoom := last.Spec.Kind == store.Concurrency || shd.m.n+inTables <= maxEntries
+		if r.held < need {
+			r.held += s.reserve(need - r.held)
+		}
+		if r.held >= need && tableRoom {
+			return true
+		}
+		if r.cleaned {
+			return false
+		}
+		r.cleaned = true
+		for _, x := range locked {
+			if n := s.clean(&s.shards[x], d); n > 0 {
+				r.held += n
+				r.made = true
+			}
+		}
+	}
+}
+
+// keysNeeded counts the keys items (decided so far, in their locked
+// shards) would create if admitted: new keys and keys whose idle entry was
+// evicted to make room; inTables counts those that are buckets or windows.
+func (s *Store) keysNeeded(items []store.Item, ents []*tentry, itemShard []int) (need, inTables int) {
+	for j := range items {
+		it := &items[j]
+		if it.Cost == 0 || !it.Decision.Allowed {
+			continue
+		}
+		if it.Spec.Kind == store.Concurrency {
+			if s.shards[itemShard[j]].leases[it.Key] == nil {
+				need++
+			}
+		} else if e := ents[j]; e == nil || e.key != it.Key {
+			need++
+			inTables++
+		}
+	}
+	return need, inTables
+}
+
+// take1 decides a single item in its locked shard; errNoRoom when its new
+// key finds no room in the cap nor in the shard.
 func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borrowed bool) (store.Result, error) {
 	res := store.Result{Allowed: true}
 	if it.Spec.Kind == store.Concurrency {
-		it.Decision = s.peekSlots(shd, *it, d)
+		var sl *slots
+		it.Decision, sl = s.peekSlots(shd, *it, d)
+		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 && sl == nil && !s.room1(shd, d, false) {
+			return store.Result{}, errNoRoom
+		}
 		if borrowed {
 			ownKey(it, nil)
 		}
-		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 {
-			s.takeSlot(shd, it, d, &res)
+		if res.Allowed && it.Cost > 0 {
+			s.takeSlot(shd, it, d, &res) // (counted by room1 if new)
 		}
 		return res, nil
 	}
@@ -300,11 +478,8 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	var cur entry
 	if e != nil {
 		cur = e.entry
-	} else if it.Cost > 0 && shd.m.n+len(shd.leases) >= s.perShard && !s.makeRoom(shd, d) {
-		if borrowed {
-			ownKey(it, nil)
-		}
-		return store.Result{}, s.fullError(it.Key)
+	} else if it.Cost > 0 && !s.room1(shd, d, true) {
+		return store.Result{}, errNoRoom
 	}
 	next, dec := step(*it, cur, e != nil, d, s.wall(wall, d))
 	it.Decision = dec
@@ -312,12 +487,16 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	if dec.Allowed && it.Cost > 0 {
 		it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), dec.ResetAfter)
 		if e != nil {
-			e.entry = next
+			e.entry = next // (a take makes no key idle sooner: see noteIdle)
+		} else if e = s.insert(shd, h, it.Key, next, borrowed); e != nil {
+			shd.noteIdle(next.idle)
 		} else {
-			e = s.insert(shd, h, it.Key, next, borrowed)
+			s.keys.Add(-1) // (room1 checked the table has room)
 		}
 	} else if e != nil && dec.Allowed {
 		e.entry = next // a peek brings the state forward (as Take with several items does)
+	} else if e == nil && it.Cost > 0 {
+		s.keys.Add(-1) // refused: the new key room1 counted is not created
 	}
 	if borrowed {
 		ownKey(it, e)
@@ -325,17 +504,64 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	return res, nil
 }
 
-// insert adds a new key's entry (copying a borrowed key), counting it; nil
-// when the shard's table is at its limit.
+// room1 counts one new key for locked shard shd (a bucket or window when
+// inTable) against the cap, evicting the shard's idle keys if there is no
+// room; false (nothing counted) when there is none.
+func (s *Store) room1(shd *shard, d int64, inTable bool) bool {
+	if (!inTable || shd.m.n < maxEntries) && s.reserve(1) == 1 {
+		return true
+	}
+	n := s.clean(shd, d)
+	if inTable && shd.m.n >= maxEntries {
+		s.keys.Add(-int64(n))
+		return false
+	}
+	switch {
+	case n > 0:
+		s.keys.Add(-int64(n - 1)) // the evicted keys' counts, one kept for the new key
+		return true
+	case s.reserve(1) == 1: // (the table was at its limit, the cap not)
+		return true
+	}
+	return false
+}
+
+// reserve counts up to n new keys against the cap and returns how many.
+func (s *Store) reserve(n int) int {
+	for {
+		k := s.keys.Load()
+		got := min(int64(n), s.maxKeys-k)
+		if got <= 0 {
+			return 0
+		}
+		if s.keys.CompareAndSwap(k, k+got) {
+			return int(got)
+		}
+	}
+}
+
+// insert adds a new key's entry (copying a borrowed key), already counted
+// against the cap; nil when the shard's table is at its limit.
 func (s *Store) insert(shd *shard, h uint64, key string, e entry, borrowed bool) *tentry {
 	if borrowed {
 		key = strings.Clone(key)
 	}
-	p := shd.m.insert(h, key, e)
-	if p != nil {
-		s.keys.Add(1)
+	return shd.m.insert(h, key, e)
+}
+
+// noteIdle records that a key of locked shard shd is idle from t: every
+// write of an idle time that may be earlier than the key's last calls it
+// (a new key, an adjustment, a released lease), so that low stays a lower
+// bound. Take on a key it holds does not need to: a take or a peek never
+// makes a bucket full sooner nor a window's counts age out sooner (the
+// state only moves forward), so the key's idle time only grows
+// (TestIdleBoundsHold checks it). A clock set back can break this: then
+// eviction may wait longer, and RetryAfter be late; no decision changes.
+func (shd *shard) noteIdle(t int64) {
+	if t < shd.low {
+		shd.low = t
+		shd.wake.Store(max(t, shd.calm))
 	}
-	return p
 }
 
 // peek is item it's decision at cost 0 (its state as it is), for a refused
@@ -343,7 +569,8 @@ func (s *Store) insert(shd *shard, h uint64, key string, e entry, borrowed bool)
 func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice.Decision {
 	it.Cost = 0
 	if it.Spec.Kind == store.Concurrency {
-		return s.peekSlots(shd, it, d)
+		dec, _ := s.peekSlots(shd, it, d)
+		return dec
 	}
 	if e != nil && e.key != it.Key {
 		e = nil // evicted to make room (it was idle: the same as new)
@@ -357,27 +584,44 @@ func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice
 }
 
 // takeSlot takes an in-flight slot for a Concurrency item (whose key the
-// store may keep).
-func (s *Store) takeSlot(shd *shard, it *store.Item, d int64, res *store.Result) {
+// store may keep); it reports whether it created the key's lease set (a
+// new key, which the caller has counted against the cap).
+func (s *Store) takeSlot(shd *shard, it *store.Item, d int64, res *store.Result) bool {
 	if it.Cost == 0 {
-		return
+		return false
 	}
 	if res.Lease.ID == "" {
 		res.Lease.ID = s.leaseBase + strconv.FormatUint(s.leaseSeq.Add(1), 36)
 	}
 	sl := shd.leases[it.Key]
-	if sl == nil {
+	created := sl == nil
+	if created {
 		sl = &slots{}
 		shd.leases[it.Key] = sl
-		s.keys.Add(1)
 	}
+	exp := d + int64(it.Spec.LeaseTTL)
 	sl.ids = append(sl.ids, res.Lease.ID)
-	sl.exp = append(sl.exp, d+int64(it.Spec.LeaseTTL))
+	sl.exp = append(sl.exp, exp)
 	res.Lease.Keys = append(res.Lease.Keys, it.Key)
+	if created && exp < shd.low { // (a set's idle time only grows with its slots)
+		shd.noteIdle(exp)
+	}
+	return created
 }
 
-func (s *Store) fullError(key string) error {
-	return fmt.Errorf("%w: %d keys held (cap %d); new key %q refused", store.ErrFull, s.keys.Load(), s.maxKeys, key)
+// fullError is the refusal of new key at time d, keys being held; its
+// RetryAfter is the time from d to the earliest of the shards' wake times
+// (see the package documentation for what it guarantees).
+func (s *Store) fullError(key string, keys, d int64) error {
+	w := int64(math.MaxInt64)
+	for i := range s.shards {
+		w = min(w, s.shards[i].wake.Load())
+	}
+	var after time.Duration
+	if w != math.MaxInt64 && !s.noEvict {
+		after = time.Duration(max(w-d, 1))
+	}
+	return &store.FullError{Keys: keys, Cap: s.maxKeys, Key: strings.Clone(key), RetryAfter: after}
 }
 
 // ownKey replaces a borrowed key by a string the caller may keep: the
@@ -398,13 +642,17 @@ func ownKeys(items []store.Item) {
 	}
 }
 
-// Adjust implements store.Store.
+// Adjust implements store.Store. A charge to a key that was evicted needs
+// a new key: when the store holds its cap and no idle key can be evicted,
+// that charge is dropped, and Adjust, having applied the others, returns a
+// *store.FullError for the first such key.
 func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
 	d, wall := s.now()
 	wall = s.wall(wall, d)
+	var err error
 	for _, a := range adj {
 		if a.Spec == nil || a.Key == "" || a.Spec.Kind == store.Concurrency || a.Delta == 0 {
 			continue
@@ -415,19 +663,44 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		h := s.hash(a.Key)
 		shd := &s.shards[shardOf(h)]
 		shd.mu.Lock()
-		if e := shd.m.get(h, a.Key); e != nil {
-			adjustEntry(a, &e.entry, true, d, wall)
-		} else if a.Delta > 0 && (shd.m.n+len(shd.leases) < s.perShard || s.makeRoom(shd, d)) {
-			// The key was evicted (its state was new again): the charge
-			// still counts, against a new state.
-			if e := shd.m.insert(h, a.Key, entry{}); e != nil {
-				adjustEntry(a, &e.entry, false, d, wall)
-				s.keys.Add(1)
-			}
-		}
+		ok := s.adjust1(shd, h, a, d, wall)
 		shd.mu.Unlock()
+		if !ok && s.makeRoom(d) { // (holding no lock, as in take)
+			shd.mu.Lock()
+			ok = s.adjust1(shd, h, a, d, wall)
+			shd.mu.Unlock()
+		}
+		if !ok && err == nil {
+			err = s.fullError(a.Key, s.keys.Load(), d)
+		}
 	}
-	return nil
+	return err
+}
+
+// adjust1 applies a in its locked shard; false when it needs a new key and
+// finds no room.
+func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64) bool {
+	e := shd.m.get(h, a.Key)
+	exists := e != nil
+	if !exists {
+		if a.Delta < 0 {
+			return true // nothing to return to
+		}
+		// The key was evicted (its state was new again): the charge
+		// still counts, against a new state.
+		if !s.room1(shd, d, true) {
+			return false
+		}
+		if e = shd.m.insert(h, a.Key, entry{}); e == nil { // (room1 saw room in the table)
+			s.keys.Add(-1)
+			return false
+		}
+	}
+	adjustEntry(a, &e.entry, exists, d, wall)
+	if e.idle < shd.low {
+		shd.noteIdle(e.idle) // (a refund makes a key idle sooner)
+	}
+	return true
 }
 
 func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
@@ -465,7 +738,15 @@ func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
 			cnt = &e.b
 		}
 		*cnt = max(*cnt+a.Delta, 0)
-		e.idle = max(e.idle, idleAt(d, 2*int64(sp.Window.Window)))
+		// The idle time exactly, as step sets it: a later take must not
+		// find it earlier (see noteIdle).
+		var dec sluice.Decision
+		if sp.Kind == store.FixedWindow {
+			_, dec = sp.Window.Fixed(window.FixedState{Index: e.a, Count: e.b}, wall, 0)
+		} else {
+			_, dec = sp.Window.Sliding(window.SlidingState{Index: e.a, Prev: e.b, Curr: e.c}, wall, 0)
+		}
+		e.idle = idleAt(d, int64(dec.ResetAfter))
 	}
 }
 
@@ -503,8 +784,9 @@ func idleAt(d, wait int64) int64 {
 	return d + wait
 }
 
-// peekSlots decides a Concurrency item without taking the slot.
-func (s *Store) peekSlots(shd *shard, it store.Item, d int64) sluice.Decision {
+// peekSlots decides a Concurrency item without taking the slot; it returns
+// the key's lease set too (nil: none).
+func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, *slots) {
 	sl := shd.leases[it.Key]
 	live := int64(0)
 	var first, last int64 = math.MaxInt64, 0
@@ -534,7 +816,7 @@ func (s *Store) peekSlots(shd *shard, it store.Item, d int64) sluice.Decision {
 	if last > d {
 		dec.ResetAfter = time.Duration(last - d)
 	}
-	return dec
+	return dec, sl
 }
 
 func (sl *slots) prune(d int64) {
@@ -551,6 +833,7 @@ func (sl *slots) prune(d int64) {
 // idleGrace is how long a key stays idle before a routine sweep evicts it:
 // a hot key that refills within nanoseconds would otherwise be deleted and
 // re-inserted all the time. (Making room under the cap takes any idle key.)
+// A sweep only deletes keys, so the shards' bounds (low) stay true.
 const idleGrace = int64(10 * time.Second)
 
 // sweep evicts a few long-idle keys of a shard every 32 operations.
@@ -562,11 +845,63 @@ func (s *Store) sweep(shd *shard, d int64) {
 	s.evict(shd, d-idleGrace, 16)
 }
 
-// makeRoom evicts idle keys from a full shard; it reports whether there is
-// room for one more.
-func (s *Store) makeRoom(shd *shard, d int64) bool {
-	s.evict(shd, d, 256)
-	return shd.m.n+len(shd.leases) < s.perShard
+// makeRoom cleans every shard that may hold a key idle at d, locking one
+// shard at a time and called holding none (so it cannot deadlock with
+// take's ordered locking, nor make it wait long); it reports whether the
+// cap has room for a new key now. A shard whose wake time is after d holds
+// no evictable key and costs one atomic read.
+func (s *Store) makeRoom(d int64) bool {
+	for i := range s.shards {
+		shd := &s.shards[i]
+		if d < shd.wake.Load() {
+			continue
+		}
+		shd.mu.Lock()
+		n := s.clean(shd, d)
+		shd.mu.Unlock()
+		if n > 0 {
+			s.keys.Add(-int64(n))
+		}
+	}
+	return s.keys.Load() < s.maxKeys
+}
+
+// clean evicts every key of locked shard shd idle at d, when one may be
+// (d is at or past the shard's wake time), and returns how many it
+// evicted, leaving their count in s.keys for the caller (who either
+// releases it or counts its own new keys with it). It scans all the
+// shard's keys, so afterwards low is exact; and it sets calm so that the
+// shard is not scanned again for (keys scanned × cleanCost, at most
+// maxCalm), which bounds the time spent scanning when low is stale (the
+// key that had the earliest idle time was used since).
+func (s *Store) clean(shd *shard, d int64) int {
+	if s.noEvict || d < shd.low || d < shd.calm {
+		return 0
+	}
+	scanned := int64(shd.m.next) + int64(len(shd.leases))
+	low := int64(math.MaxInt64)
+	n := 0
+	shd.m.scan(int(shd.m.next), func(e *entry) bool { // (every entry once)
+		if e.idle <= d {
+			n++
+			return true
+		}
+		low = min(low, e.idle)
+		return false
+	})
+	for k, sl := range shd.leases {
+		if sl.prune(d); len(sl.ids) == 0 {
+			delete(shd.leases, k)
+			n++
+			continue
+		}
+		low = min(low, slices.Max(sl.exp))
+	}
+	s.evictions.Add(uint64(n))
+	s.scans.Add(1)
+	shd.low, shd.calm = low, d+min(scanned*cleanCost, maxCalm)
+	shd.wake.Store(max(shd.low, shd.calm))
+	return n
 }
 
 // evict deletes keys idle at time d, examining at most budget of them.
@@ -600,6 +935,7 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
+	d, _ := s.now()
 	for _, key := range lease.Keys {
 		shd := &s.shards[s.shardOf(key)]
 		shd.mu.Lock()
@@ -609,6 +945,13 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 					last := len(sl.ids) - 1
 					sl.ids[i], sl.exp[i] = sl.ids[last], sl.exp[last]
 					sl.ids, sl.exp = sl.ids[:last], sl.exp[:last]
+					// The set is idle sooner: when its last lease left
+					// expires, or now.
+					idle := d
+					if last > 0 {
+						idle = slices.Max(sl.exp)
+					}
+					shd.noteIdle(idle)
 					break
 				}
 			}

@@ -125,7 +125,7 @@ func TestKeyCapBoundsMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if k := s.Stats().Keys; k > 6400+64 || full < 20000-6400-64 {
+	if k := s.Stats().Keys; k != 6400 || full != 20000-6400 {
 		t.Fatalf("keys %d, refused %d", k, full)
 	}
 	if r, err := s.Take(context.Background(), []store.Item{{Key: "attacker-1", Spec: sp, Cost: 1}}); err != nil || !r.Allowed {
@@ -170,17 +170,16 @@ func TestRoomMadeKeepsTheRequestsOwnTake(t *testing.T) {
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1})
 	for try := range 1000 {
 		c := sluice.NewManualClock(storetest.Epoch)
-		s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(64)) // one key per shard
+		s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(2))
 		a := store.Item{Key: "a", Spec: sp, Cost: 1}
-		if _, err := s.Take(context.Background(), []store.Item{a}); err != nil {
+		// c is the other idle key: evicting it makes the room, and
+		// evicting a (in a shard the request holds) is not enough.
+		if _, err := s.Take(context.Background(), []store.Item{a, {Key: "c", Spec: sp, Cost: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		c.Advance(time.Minute) // a is full again: idle
+		c.Advance(time.Minute) // a and c are full again: idle
 		a.Cost = 5
 		_, err := s.Take(context.Background(), []store.Item{a, {Key: fmt.Sprint("b", try), Spec: sp, Cost: 1}})
-		if errors.Is(err, store.ErrFull) {
-			continue
-		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,11 +277,12 @@ func TestTakeBorrowedOwnsKeysOnErrors(t *testing.T) {
 // entry's, which is gone).
 func TestTakeBorrowedRefusalAfterEviction(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1)) // one key per shard
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(2)) // a and z: full
 	idle, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1000})
 	tight, _ := store.NewBucketSpec(bucket.Limit{Capacity: 1, Rate: 0.001})
 	ctx := context.Background()
-	// a and b share a shard; z is elsewhere.
+	// a and b share a shard; z is elsewhere. b's new key makes room by
+	// evicting a.
 	a, b, z := "a", "", ""
 	for i := 0; b == "" || z == ""; i++ {
 		k := fmt.Sprint("k", i)
@@ -305,6 +305,9 @@ func TestTakeBorrowedRefusalAfterEviction(t *testing.T) {
 	r, err := s.TakeBorrowed(ctx, items)
 	if err != nil || r.Allowed {
 		t.Fatalf("want a refusal: %+v %v", r, err)
+	}
+	if ev := s.Stats().Evictions; ev != 1 {
+		t.Fatalf("%d evictions: a was not evicted to make room for b", ev)
 	}
 	copy(buf, strings.Repeat("#", len(buf)))
 	for i, want := range []string{a, b, z} {
