@@ -175,10 +175,12 @@ type Problem struct {
 
 // Classify maps a decision's error: a cost above a limit's capacity is 422
 // cost_exceeds_capacity (retrying is useless), an invalid cost 400
-// bad_request, the key cap 503 store_full, anything else (the store
-// failing) 503 store_error.
+// bad_request, the key cap 503 store_full (with the store's RetryAfter
+// when it knows when room comes), anything else (the store failing) 503
+// store_error.
 func Classify(err error) Problem {
 	var ce *limiter.CostError
+	var fe *store.FullError
 	switch {
 	case errors.As(err, &ce):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument, Msg: ce.Error(), Limit: ce.Limit}
@@ -186,6 +188,8 @@ func Classify(err error) Problem {
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument, Msg: err.Error()}
 	case errors.Is(err, sluice.ErrInvalidCost):
 		return Problem{Status: http.StatusBadRequest, Code: "bad_request", GRPC: GRPCInvalidArgument, Msg: err.Error()}
+	case errors.As(err, &fe):
+		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: err.Error(), RetryAfter: fe.RetryAfter}
 	case errors.Is(err, store.ErrFull):
 		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: err.Error()}
 	}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// --max-keys N admits N distinct keys whatever their hashes; the next new
+// key gets 503 store_full with a Retry-After saying when idle keys will
+// free room, and after it a new key is admitted.
+func TestServeMaxKeysIsExact(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, "limits:\n  - name: t\n    key: \"tenant:{tenant}\"\n    capacity: 10\n    refill_per_second: 10\n")
+	p := serve(t, "--config", pol, "--max-keys", "100")
+	check := func(tenant string) (int, string, http.Header) {
+		req, _ := http.NewRequest("POST", p.addr+"/v1/check", strings.NewReader(`{"descriptors": {"tenant": "`+tenant+`"}, "cost": 1}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		buf := make([]byte, 4096)
+		n, _ := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		return resp.StatusCode, b.String(), resp.Header
+	}
+	for i := range 100 {
+		if code, body, _ := check(fmt.Sprint("t", i)); code != 200 {
+			t.Fatalf("tenant %d of 100: %d %s", i, code, body)
+		}
+	}
+	code, body, h := check("t100")
+	if code != 503 || !strings.Contains(body, `"code":"store_full"`) {
+		t.Fatalf("tenant 101: %d %s", code, body)
+	}
+	ra, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 1 {
+		t.Fatalf("Retry-After %q: a bucket that took 1 of 10 at 10/s is full again in 0.1 s (1 s rounded up)", h.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(ra)*time.Second + 200*time.Millisecond)
+	if code, body, _ := check("t100"); code != 200 {
+		t.Fatalf("after Retry-After: %d %s", code, body)
+	}
+}
