@@ -15,8 +15,8 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
-	"strings"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
