@@ -279,10 +279,12 @@ func TestServeRedisPausedTimesOut(t *testing.T) {
 }
 
 // With --lease-tokens the instances still never admit more than B + r*t
-// together; they lose at most what the leases strand.
+// together; they lose at most what the leases strand. The rate is low
+// enough that 16 clients outrun it even on a busy machine (the lower
+// bound means something only while requests are refused).
 func TestServeRedisLeasedTokens(t *testing.T) {
 	srv := startRedis(t)
-	const B, r = 400, 1000.0
+	const B, r = 200, 300.0
 	pol := filepath.Join(t.TempDir(), "p.yaml")
 	writePolicy(t, pol, fmt.Sprintf("limits:\n  - name: global\n    key: global\n    capacity: %d\n    refill_per_second: %v\n", B, r))
 	args := []string{"--config", pol, "--store", "redis://" + srv.Addr, "--lease-tokens", "--lease-ttl", "200ms"}
@@ -295,6 +297,9 @@ func TestServeRedisLeasedTokens(t *testing.T) {
 	t.Logf("leased: admitted %d, refused %d, other %d in %v; B + r*t = %.1f", admitted, refused, other, elapsed, bound)
 	if other != 0 || float64(admitted) > bound || float64(admitted) < bound-2*B/4-r*0.05 {
 		t.Fatalf("admitted %d (other %d), want <= %.1f and >= %.1f", admitted, other, bound, bound-2*B/4-r*0.05)
+	}
+	if refused == 0 {
+		t.Fatalf("no request was refused: the clients did not outrun the rate, so the lower bound says nothing")
 	}
 	if code, _ := call(t, a, "GET", "/readyz", ""); code != 200 {
 		t.Fatal("readyz with leasing")
