@@ -452,11 +452,15 @@ func (p *Params) Reserve(tat int64, t Instant, cost int64, maxWait time.Duration
 }
 
 // Charge takes n tokens at t whatever the state holds, letting it go into
-// debt (a cost found to be larger than reserved). The state is capped at
-// MaxAhead ahead of the virtual clock.
+// debt (a cost found to be larger than reserved) of at most one capacity:
+// the state is capped at 2*CapacityUnits (the bucket holds no fewer than
+// -Capacity tokens) and MaxAhead ahead of the virtual clock, so that no
+// charge, however large, holds the bucket empty for longer than twice its
+// refill time. (Reservations are not capped so: a queue of bookings may
+// run deeper.)
 func (p *Params) Charge(tat int64, t Instant, n int64) int64 {
 	v, base, _ := p.base(tat, t)
-	limit := v + MaxAhead
+	limit := v + min(2*p.capUnits, MaxAhead)
 	if base >= limit || n >= (limit-base)/p.unit {
 		return max(base, limit)
 	}

@@ -204,9 +204,9 @@ func (m *Middleware) Handle(next http.Handler) http.Handler {
 // capacity. The policy's window w is the time to refill the capacity (a
 // window limit's length); r is the whole tokens left, t the seconds until
 // the limit admits again (refused) or is full again (admitted), rounded
-// up. Concurrency limits, which have no window, are not described. The
-// sluice service, this middleware and the Envoy RateLimitService render
-// the same fields.
+// up; an in-flight cap is described with q its max_in_flight, w its
+// lease_ttl and r its free slots. The sluice service, this middleware and
+// the Envoy RateLimitService render the same fields.
 func RateLimitHeaders(res limiter.Result) (policyField, rateLimit string, ok bool) {
 	var buf [8]answer.Limit
 	ls := answer.FromResult(buf[:0], res)

@@ -236,11 +236,11 @@ func TestMiddlewareErrorAnswers(t *testing.T) {
 		body string
 	}{
 		{"cost above capacity", httplimit.NewMiddleware(l, key, httplimit.WithRequestCost(func(*http.Request) int64 { return 3 })).Handle(ok),
-			422, `{"error":"sluice: cost 3 exceeds capacity 2 of limit \"per_ip\"","code":"cost_exceeds_capacity","limit":"per_ip"}`},
+			422, `{"error":"cost 3 exceeds capacity 2 of limit \"per_ip\": it can never be admitted","code":"cost_exceeds_capacity","limit":"per_ip"}`},
 		{"key error", httplimit.NewMiddleware(l, func(*http.Request) (map[string]string, error) { return nil, errors.New("no tenant") }).Handle(ok),
 			400, `{"error":"rate limit: no tenant","code":"bad_request"}`},
 		{"store down", httplimit.NewMiddleware(mwLimiter(t, failing{}), key).Handle(ok),
-			503, `{"error":"limiter: down","code":"store_error"}`},
+			503, `{"error":"the limit store failed: down","code":"store_error"}`},
 	}
 	for _, c := range cases {
 		code, body, h := get(c.h)

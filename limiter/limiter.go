@@ -34,7 +34,9 @@ type Request struct {
 	// descriptors (its first matching cost rule, else 1). Negative costs
 	// are refused with sluice.ErrInvalidCost.
 	Cost int64
-	// Peek reports the limits' state and takes nothing.
+	// Peek reports the limits' state and takes nothing. A peek is not a
+	// decision: it is not counted in sluice_decisions_total and a peek that
+	// finds a limit refusing is not logged.
 	Peek bool
 	// MaxWait lets Check wait, up to this long (and ctx's deadline), for a
 	// refused request to be admitted; 0 decides at once.
@@ -58,7 +60,9 @@ type LimitStatus struct {
 	Allowed         bool          `json:"allowed"`
 	RetryAfter      time.Duration `json:"-"`
 	ResetAfter      time.Duration `json:"-"`
-	// Window is a window limit's length (0 for other kinds).
+	// Window is the span a limit's capacity covers where it is not the
+	// refill time: a window limit's length, an in-flight cap's lease_ttl
+	// (the longest a slot stays taken); 0 for token buckets.
 	Window time.Duration `json:"-"`
 }
 
@@ -156,11 +160,17 @@ func (l *Limiter) UnmarshalReceipt(b []byte) (Receipt, error) {
 // actual returns the difference to every limit it was taken from, exactly,
 // as long as those tokens are not yet refilled (later, nothing is returned:
 // a late refund never creates credit); a larger one takes the excess at
-// once, pushing token buckets into debt so later requests wait. A negative
-// actual is sluice.ErrInvalidCost and changes nothing.
+// once, pushing token buckets into debt so later requests wait — at most
+// one capacity of debt (a bucket never holds fewer than -B tokens after a
+// settle: bucket.Params.Charge), so that no actual cost, however large,
+// locks a limit shared by others for longer than twice its refill time. A
+// negative actual is sluice.ErrInvalidCost and changes nothing.
 func (l *Limiter) Settle(ctx context.Context, r Receipt, actual int64) error {
 	if actual < 0 {
 		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
+	}
+	if err := l.CheckSettle(r, actual); err != nil {
+		return err
 	}
 	adj := make([]store.Adjustment, 0, len(r.taken))
 	for _, t := range r.taken {
@@ -174,6 +184,15 @@ func (l *Limiter) Settle(ctx context.Context, r Receipt, actual int64) error {
 	}
 	if err := l.st.Adjust(ctx, adj); err != nil {
 		return fmt.Errorf("limiter: %w", err)
+	}
+	return nil
+}
+
+// CheckSettle reports what Settle(r, actual) would refuse without changing
+// anything: a negative actual (sluice.ErrInvalidCost).
+func (l *Limiter) CheckSettle(r Receipt, actual int64) error {
+	if actual < 0 {
+		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
 	}
 	return nil
 }
@@ -454,7 +473,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
 		limits = append(limits, LimitStatus{
 			Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window,
+			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window + lim.LeaseTTL,
 		})
 	}
 	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
@@ -490,7 +509,10 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			r, err = l.st.Take(ctx, items)
 		}
 		if err != nil {
-			l.m.errors.Inc()
+			err = l.shownKeys(c, err, items, which, user, req.Descriptors)
+			if !errors.Is(err, store.ErrFull) {
+				l.m.errors.Inc()
+			}
 			l.logf(slog.LevelError, "rate limit: store failed", slog.String("error", err.Error()))
 			return fmt.Errorf("limiter: %w", err)
 		}
@@ -521,6 +543,30 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	return nil
 }
 
+// shownKeys rewrites the key a store's FullError names into what statuses
+// show: the caller's part of the key (no limit prefix, state tag or hash
+// tag), its redacted descriptors as hashes, after the limit's name.
+func (l *Limiter) shownKeys(c *compiled, err error, items []store.Item, which, user []int, desc map[string]string) error {
+	var fe *store.FullError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	for i := range items {
+		if items[i].Key != fe.Key {
+			continue
+		}
+		lim := c.p.Limits[which[i]]
+		shown := items[i].Key[user[i]:]
+		if len(c.p.Redact) > 0 {
+			shown, _ = c.p.DisplayKey(lim, desc)
+		}
+		e := *fe
+		e.Key = lim.Name + " " + shown
+		return &e
+	}
+	return err
+}
+
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -543,6 +589,9 @@ func (l *Limiter) Release(ctx context.Context, lease store.Lease) error {
 func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, start time.Time, timed bool) {
 	if timed {
 		l.m.latency.Observe(time.Since(start).Seconds())
+	}
+	if req.Peek {
+		return // a peek decides nothing: not counted, not logged as refused
 	}
 	attempt := 0
 	if req.Retry {
@@ -670,7 +719,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			refs[r] = append(refs[r], j)
 			out.Results[r].Limits = append(out.Results[r].Limits, LimitStatus{
 				Name: lim.Name, Key: key, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-				RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window,
+				RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window + lim.LeaseTTL,
 			})
 		}
 	}

@@ -577,3 +577,49 @@ func sha8(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:4])
 }
+
+// A full store's refusal names the key as statuses show it, redacted
+// descriptors hashed, never the raw value or the store's internal prefix.
+func TestFullErrorShowsTheRedactedKey(t *testing.T) {
+	var buf bytes.Buffer
+	c := sluice.NewManualClock(epoch)
+	l := limiterOver(t, "redact: [api_key]\nlimits:\n  - name: per_key\n    key: \"api_key:{api_key}\"\n    capacity: 1\n    refill_per_second: 0.2\n",
+		memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1)), limiter.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	check(t, l, limiter.Request{Descriptors: map[string]string{"api_key": "secret-one"}})
+	_, err := l.Check(context.Background(), limiter.Request{Descriptors: map[string]string{"api_key": "secret-two"}})
+	if !errors.Is(err, store.ErrFull) {
+		t.Fatalf("want ErrFull: %v", err)
+	}
+	want := `new key "per_key api_key:#` + sha8("secret-two") + `" refused`
+	if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "@") {
+		t.Fatalf("error %q, want it to contain %q and neither the raw value nor the store prefix", err, want)
+	}
+	if strings.Contains(buf.String(), "secret-two") {
+		t.Fatalf("raw value logged: %s", buf.String())
+	}
+}
+
+// A peek is not a decision: not counted, not logged as a refusal, even on
+// a bucket that would refuse.
+func TestPeekIsNotCounted(t *testing.T) {
+	var buf bytes.Buffer
+	reg := prometheus.NewRegistry()
+	l, _ := newLimiter(t, limiter.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))), limiter.WithRegisterer(reg))
+	acme := map[string]string{"tenant": "acme"}
+	r := check(t, l, limiter.Request{Descriptors: acme, Cost: 3, Receipt: true})
+	if err := l.Settle(context.Background(), r.Receipt, 5); err != nil { // 2 tokens of debt
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(counter(t, reg, "tenant_api", "rejected", "original"))
+	for range 5 {
+		if r := check(t, l, limiter.Request{Descriptors: acme, Peek: true}); r.Allowed {
+			t.Fatalf("peek on an empty bucket: %+v", r)
+		}
+	}
+	if after := testutil.ToFloat64(counter(t, reg, "tenant_api", "rejected", "original")); after != before {
+		t.Fatalf("peeks counted as refusals: %v -> %v", before, after)
+	}
+	if strings.Contains(buf.String(), "refused") {
+		t.Fatalf("peeks logged as refusals: %s", buf.String())
+	}
+}

@@ -25,23 +25,35 @@ type CheckRequest struct {
 	RequestID string `json:"request_id"`
 }
 
+// The bounds of a check request (keys are stored, so their size bounds
+// memory).
+const (
+	MaxDescriptors     = 64   // descriptors per request
+	MaxDescriptorName  = 128  // bytes of a descriptor's name
+	MaxDescriptorValue = 1024 // bytes of a descriptor's value
+	MaxRequestID       = 256  // bytes of a request_id
+)
+
 // Validate checks a request's fields.
 func (c *CheckRequest) Validate() error {
 	switch {
 	case c.Descriptors == nil:
 		return errors.New("descriptors are missing")
-	case len(c.Descriptors) > 64:
-		return fmt.Errorf("%d descriptors, more than 64", len(c.Descriptors))
+	case len(c.Descriptors) > MaxDescriptors:
+		return fmt.Errorf("%d descriptors, more than %d", len(c.Descriptors), MaxDescriptors)
 	case c.Cost != nil && *c.Cost < 0:
 		return fmt.Errorf("cost %d is negative", *c.Cost)
 	case c.MaxWaitMS < 0:
 		return fmt.Errorf("max_wait_ms %d is negative", c.MaxWaitMS)
-	case len(c.RequestID) > 256:
-		return errors.New("request_id longer than 256 bytes")
+	case len(c.RequestID) > MaxRequestID:
+		return fmt.Errorf("request_id of %d bytes, more than %d", len(c.RequestID), MaxRequestID)
 	}
 	for k, v := range c.Descriptors {
-		if k == "" || len(k) > 128 || len(v) > 1024 {
-			return fmt.Errorf("descriptor %.40q: names must be 1 to 128 bytes, values at most 1024", k)
+		switch {
+		case k == "" || len(k) > MaxDescriptorName:
+			return fmt.Errorf("descriptor name %.40q is %d bytes: names are 1 to %d bytes", k, len(k), MaxDescriptorName)
+		case len(v) > MaxDescriptorValue:
+			return fmt.Errorf("descriptor %.40q: its value is %d bytes, more than %d", k, len(v), MaxDescriptorValue)
 		}
 	}
 	return nil
@@ -241,6 +253,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"released": true})
 }
 
+// badReceipt is a receipt that does not decode (a corrupt record).
+type badReceipt struct{ err error }
+
+func (b badReceipt) Error() string { return b.err.Error() }
+
 // SettleRequest is the body of POST /v1/settle.
 type SettleRequest struct {
 	Lease      string `json:"lease"`
@@ -263,8 +280,20 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "bad_request", "actual_cost %d is negative", *req.ActualCost)
 		return
 	}
-	raw, err := s.book.TakeReceipt(r.Context(), req.Lease)
+	var rec limiter.Receipt
+	_, err := s.book.TakeReceipt(r.Context(), req.Lease, func(raw []byte) error {
+		var err error
+		if rec, err = s.cfg.Limiter.UnmarshalReceipt(raw); err != nil {
+			return badReceipt{err}
+		}
+		return s.cfg.Limiter.CheckSettle(rec, *req.ActualCost)
+	})
+	var ce *limiter.CostError
+	var br badReceipt
 	switch {
+	case errors.As(err, &ce):
+		answer.Classify(err).Write(w) // nothing changed: the lease can be settled again
+		return
 	case errors.Is(err, book.ErrUnknown):
 		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (never issued, or older than the lease window)", req.Lease)
 		return
@@ -275,13 +304,11 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, book.ErrSettled):
 		fail(w, http.StatusConflict, "already_settled", "lease %.64q was settled already (or took no cost)", req.Lease)
 		return
+	case errors.As(err, &br):
+		fail(w, http.StatusInternalServerError, "bad_receipt", "%v", br.err)
+		return
 	case err != nil:
 		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
-		return
-	}
-	rec, err := s.cfg.Limiter.UnmarshalReceipt(raw)
-	if err != nil {
-		fail(w, http.StatusInternalServerError, "bad_receipt", "%v", err)
 		return
 	}
 	if err := s.cfg.Limiter.Settle(r.Context(), rec, *req.ActualCost); err != nil {

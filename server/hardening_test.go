@@ -115,9 +115,16 @@ func TestErrorBodies(t *testing.T) {
 	if resp.StatusCode != 404 || body != `{"error":"no endpoint /nope","code":"not_found"}`+"\n" || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("404: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
-	resp, body = get(t, ts.URL+"/v1/check")
-	if resp.StatusCode != 405 || !strings.Contains(body, `"code":"method_not_allowed"`) || resp.Header.Get("Allow") != "POST" {
-		t.Errorf("405: %d %q %v", resp.StatusCode, body, resp.Header)
+	req, _ := http.NewRequest("GET", ts.URL+"/v1/check", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 405 || !strings.Contains(string(b), `"code":"method_not_allowed"`) || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("405: %d %q %v", resp.StatusCode, b, resp.Header)
 	}
 	for _, c := range []struct{ body, want string }{
 		{`{"descriptors": {}, "cost": "3"}`, `field "cost": want an integer, not string`},
@@ -142,5 +149,45 @@ func TestErrorBodies(t *testing.T) {
 	}
 	if resp, _ := post(t, ts, "/v1/check", `{"descriptors": {}}`, "Authorization", "Basic s3cret"); resp.StatusCode != 401 {
 		t.Errorf("another scheme: %d", resp.StatusCode)
+	}
+	// Every /v1/ path needs the token, unknown ones and wrong methods too.
+	for _, path := range []string{"/v1/nope", "/v1/check"} {
+		if resp, body := get(t, ts.URL+path); resp.StatusCode != 401 || !strings.Contains(body, `"code":"unauthorized"`) {
+			t.Errorf("GET %s without the token: %d %s", path, resp.StatusCode, body)
+		}
+	}
+}
+
+// A settle's excess goes into debt of at most one capacity: no actual
+// cost, however large, locks a shared limit for longer than twice its
+// refill time (global: 1000 at 1/s, so at most ~2000 s).
+func TestSettleDebtIsBounded(t *testing.T) {
+	ts := newServer(t, nil)
+	_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "a"}, "cost": 1}`)
+	lease, _ := m["lease"].(string)
+	if resp, m := post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_cost": 9000000000000000000}`); resp.StatusCode != 200 {
+		t.Fatalf("settle: %d %v", resp.StatusCode, m)
+	}
+	resp, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "b"}, "cost": 1}`)
+	if resp.StatusCode != 429 {
+		t.Fatalf("after a huge settle: %d %v", resp.StatusCode, m)
+	}
+	if ra := m["retry_after_ms"].(float64); ra > 2001000 || ra < 1000000 {
+		t.Fatalf("retry_after_ms %v: want at most twice global's refill time (2,000 s)", ra)
+	}
+}
+
+// When an in-flight cap decides, the RateLimit fields name it (not a
+// roomy token bucket): q its max_in_flight, w its lease_ttl.
+func TestRateLimitFieldsNameTheInFlightCap(t *testing.T) {
+	ts := newServer(t, nil)
+	resp, _ := post(t, ts, "/v1/check", `{"descriptors": {"api_key": "k"}}`)
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit") != `"tools";r=0;t=30` {
+		t.Fatalf("admitted: %d RateLimit %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	resp, _ = post(t, ts, "/v1/check", `{"descriptors": {"api_key": "k"}}`)
+	if resp.StatusCode != 429 || resp.Header.Get("RateLimit") != `"tools";r=0;t=30` ||
+		resp.Header.Get("RateLimit-Policy") != `"tools";q=1;w=30` || resp.Header.Get("Retry-After") != "30" {
+		t.Fatalf("refused by the cap: %d %v", resp.StatusCode, resp.Header)
 	}
 }

@@ -165,6 +165,10 @@ func (s *Server) Handler() http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !s.authorized(r) {
+			s.unauthorized(w) // every /v1/ path needs the token, unknown ones too
+			return
+		}
 		// The mux's own 404 or 405 (or a redirect): run it into a
 		// recorder, keep its status and Allow, answer in JSON.
 		rec := &statusRecorder{header: http.Header{}}
@@ -213,17 +217,29 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	if s.cfg.AuthToken == "" {
 		return h
 	}
-	want := []byte(s.cfg.AuthToken)
 	return func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		ok := strings.EqualFold(scheme, "Bearer")
-		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), want) != 1 || !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-			fail(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
+		if !s.authorized(r) {
+			s.unauthorized(w)
 			return
 		}
 		h(w, r)
 	}
+}
+
+// authorized reports whether r carries the bearer token (any case of the
+// scheme, the token compared in constant time); true without a token.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.AuthToken == "" {
+		return true
+	}
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	ok := subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.AuthToken)) == 1
+	return ok && strings.EqualFold(scheme, "Bearer")
+}
+
+func (s *Server) unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+	fail(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
 }
 
 // decode reads a JSON body into v: one object, known fields only, within

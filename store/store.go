@@ -215,7 +215,7 @@ type FullError struct {
 func (e *FullError) Error() string {
 	msg := fmt.Sprintf("%v: %d keys held (cap %d); new key %q refused", ErrFull, e.Keys, e.Cap, e.Key)
 	if e.RetryAfter > 0 {
-		msg += "; room in " + e.RetryAfter.String()
+		msg += "; room in " + max(e.RetryAfter.Round(time.Millisecond), time.Millisecond).String()
 	}
 	return msg
 }

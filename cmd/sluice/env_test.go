@@ -99,7 +99,8 @@ func TestEnvServeKeepsPlainNames(t *testing.T) {
 	unsetenv(t, "SLUICE_CONFIG")
 	t.Setenv("SLUICE_SIMULATE_CONFIG", bad)
 	t.Setenv("SLUICE_CHECK_CONFIG", bad)
-	if code, _, errOut := runCmd(t, "", "serve", "--http", "127.0.0.1:0"); code != 1 || !strings.Contains(errOut, "serve needs --config") {
+	// (A missing configuration is a usage error: exit 2.)
+	if code, _, errOut := runCmd(t, "", "serve", "--http", "127.0.0.1:0"); code != 2 || !strings.Contains(errOut, "serve needs --config") {
 		t.Fatalf("serve read another command's variable: %d %q", code, errOut)
 	}
 }

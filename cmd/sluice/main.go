@@ -34,7 +34,7 @@ type cli struct {
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
 	Demo     demoCmd     `cmd:"" default:"1" help:"Replay worked vectors of docs/behaviour.md sections 1 and 2 on a manual clock (the default)."`
-	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service (HTTP/JSON API, in memory)."`
+	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service: HTTP/JSON API (and Envoy's RateLimitService over gRPC), state in memory or on Redis."`
 	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file (or a directory of Envoy ratelimit config); exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
 	Bench    benchCmd    `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`

@@ -78,9 +78,16 @@ type serveCmd struct {
 // long to finish before their connections are closed.
 const drainTimeout = 15 * time.Second
 
-// Validate checks every numeric flag before anything starts (kong calls it
-// after parsing; its error is a usage error, exit status 2).
+// Validate checks the flags before anything starts (kong calls it after
+// parsing; its error is a usage error, exit status 2): a configuration is
+// given, and every numeric flag is in range.
 func (c serveCmd) Validate() error {
+	switch {
+	case c.Config == "" && c.EnvoyConfig == "":
+		return errors.New("serve needs --config (a sluice policy) or --envoy-config (Envoy's format)")
+	case c.EnvoyConfig != "" && c.GRPC == "":
+		return errors.New("--envoy-config is served over gRPC: give --grpc ADDR")
+	}
 	for _, x := range []struct {
 		bad   bool
 		flag  string
@@ -164,12 +171,6 @@ func (c serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case c.Config == "" && c.EnvoyConfig == "":
-		return errors.New("serve needs --config (a sluice policy) or --envoy-config (Envoy's format)")
-	case c.EnvoyConfig != "" && c.GRPC == "":
-		return errors.New("--envoy-config is served over gRPC: give --grpc ADDR")
-	}
 	var p *policy.Policy
 	var envoy atomic.Pointer[envoyState]
 	var last []byte // what the configuration in force was read from
@@ -251,7 +252,7 @@ func (c serveCmd) Run(e *env) error {
 	// Listen on every address before serving any.
 	ln, err := net.Listen("tcp", c.HTTP)
 	if err != nil {
-		return err
+		return fmt.Errorf("--http %s: %w", c.HTTP, err)
 	}
 	var gln *quietListener
 	if c.GRPC != "" {
@@ -276,7 +277,10 @@ func (c serveCmd) Run(e *env) error {
 	fresh := &freshConns{m: map[net.Conn]struct{}{}}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: satAdd(c.MaxWait, 30*time.Second), IdleTimeout: 2 * time.Minute, TLSConfig: tlsCfg,
-		ConnState: fresh.track}
+		ConnState: fresh.track,
+		// net/http's own messages (a TLS handshake that failed, ...) are
+		// records of the structured log, not lines of plain text.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 2)
 	started = true
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,5 +110,28 @@ func TestServeTLS(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || len(resp.TLS.PeerCertificates) == 0 || !resp.TLS.PeerCertificates[0].Equal(c) {
 		t.Fatalf("HTTPS: %d %v", resp.StatusCode, resp.TLS)
+	}
+	// Plain HTTP to the HTTPS port: net/http's message about it is a record
+	// of the JSON log, not a line of text.
+	if resp, err := http.Get(p.addr + "/healthz"); err == nil {
+		resp.Body.Close()
+	}
+	p.waitLog(t, "TLS handshake error")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.logs {
+		if !strings.HasPrefix(l, "{") {
+			t.Errorf("a log line that is not JSON: %q", l)
+		}
+	}
+}
+
+// An --http address that cannot be listened on is named.
+func TestServeBadHTTPAddress(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, servePolicy)
+	out, err := exec.Command(binary, "serve", "--config", pol, "--http", "nope").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--http nope: ") {
+		t.Fatalf("%v %s", err, out)
 	}
 }

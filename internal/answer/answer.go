@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -37,8 +38,7 @@ type Limit struct {
 	// RetryAfter is the wait until a refused limit admits; ResetAfter the
 	// time until an admitting one is full again.
 	RetryAfter, ResetAfter time.Duration
-	// Undescribed marks a limit the fields do not describe (an in-flight
-	// cap has no window).
+	// Undescribed marks a limit the fields do not describe.
 	Undescribed bool
 }
 
@@ -130,12 +130,12 @@ func (h Headers) Set(hdr http.Header) {
 func FromStatus(st limiter.LimitStatus) Limit {
 	l := Limit{Name: st.Name, Capacity: st.Capacity, Remaining: st.TokensRemaining, Allowed: st.Allowed,
 		RetryAfter: st.RetryAfter, ResetAfter: st.ResetAfter, Window: st.Window}
-	switch {
-	case st.Algorithm == "concurrency":
-		l.Undescribed = true
-	case st.RefillPerSecond > 0:
+	if st.RefillPerSecond > 0 {
 		l.Window = time.Duration(float64(st.Capacity) / st.RefillPerSecond * 1e9)
 	}
+	// An in-flight cap is described too (q = max_in_flight, w = its
+	// lease_ttl, r = free slots): when it is the one refusing, the fields
+	// must name it.
 	return l
 }
 
@@ -183,17 +183,38 @@ func Classify(err error) Problem {
 	var fe *store.FullError
 	switch {
 	case errors.As(err, &ce):
-		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument, Msg: ce.Error(), Limit: ce.Limit}
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument,
+			Msg: fmt.Sprintf("cost %d exceeds capacity %d of limit %q: it can never be admitted", ce.Cost, ce.Capacity, ce.Limit), Limit: ce.Limit}
 	case errors.Is(err, sluice.ErrCostExceedsCapacity):
-		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument, Msg: err.Error()}
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument, Msg: plain(err)}
 	case errors.Is(err, sluice.ErrInvalidCost):
-		return Problem{Status: http.StatusBadRequest, Code: "bad_request", GRPC: GRPCInvalidArgument, Msg: err.Error()}
+		return Problem{Status: http.StatusBadRequest, Code: "bad_request", GRPC: GRPCInvalidArgument, Msg: plain(err)}
 	case errors.As(err, &fe):
-		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: err.Error(), RetryAfter: fe.RetryAfter}
+		msg := fmt.Sprintf("key capacity reached: %d keys held (cap %d); new key %s refused", fe.Keys, fe.Cap, fe.Key)
+		if fe.RetryAfter > 0 {
+			msg += fmt.Sprintf("; room in about %d s", Seconds(fe.RetryAfter))
+		}
+		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: msg, RetryAfter: fe.RetryAfter}
 	case errors.Is(err, store.ErrFull):
-		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: err.Error()}
+		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: plain(err)}
 	}
-	return Problem{Status: http.StatusServiceUnavailable, Code: "store_error", GRPC: GRPCUnavailable, Msg: err.Error()}
+	return Problem{Status: http.StatusServiceUnavailable, Code: "store_error", GRPC: GRPCUnavailable, Msg: "the limit store failed: " + plain(err)}
+}
+
+// plain is err's message without the package prefixes of the layers it
+// went through ("limiter: store: ..." reads "...").
+func plain(err error) string {
+	msg := err.Error()
+	for {
+		trimmed := msg
+		for _, p := range []string{"limiter: ", "store: ", "sluice: ", "redisstore: ", "failover: "} {
+			trimmed = strings.TrimPrefix(trimmed, p)
+		}
+		if trimmed == msg {
+			return msg
+		}
+		msg = trimmed
+	}
 }
 
 // Errorf is a Problem with a formatted message.

@@ -40,8 +40,10 @@ type Book interface {
 	Slots(ctx context.Context, id string) (store.Lease, error)
 	// TakeReceipt returns a lease's receipt once: ErrSettled when it was
 	// taken already, ErrDropped when the cap dropped it, ErrUnknown for an
-	// unknown or expired lease.
-	TakeReceipt(ctx context.Context, id string) ([]byte, error)
+	// unknown or expired lease. With check, the receipt is taken only when
+	// check(receipt) returns nil; its error is returned as is and the
+	// receipt stays (a settle refused for bad input changes nothing).
+	TakeReceipt(ctx context.Context, id string, check func([]byte) error) ([]byte, error)
 	// Dropped counts receipts dropped by the cap so far.
 	Dropped() uint64
 }

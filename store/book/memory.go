@@ -255,7 +255,7 @@ func (m *Memory) Slots(_ context.Context, id string) (store.Lease, error) {
 }
 
 // TakeReceipt implements Book.
-func (m *Memory) TakeReceipt(_ context.Context, id string) ([]byte, error) {
+func (m *Memory) TakeReceipt(_ context.Context, id string, check func([]byte) error) ([]byte, error) {
 	m.lmu.Lock()
 	defer m.lmu.Unlock()
 	now := m.clock.Now()
@@ -264,6 +264,11 @@ func (m *Memory) TakeReceipt(_ context.Context, id string) ([]byte, error) {
 		switch rec.state {
 		case pending:
 			rc := rec.receipt
+			if check != nil {
+				if err := check(rc); err != nil {
+					return nil, err
+				}
+			}
 			rec.receipt, rec.state = nil, settled
 			return rc, nil
 		case dropped:

@@ -28,7 +28,7 @@ func TestMemoryLeaseSurvivesManyOthers(t *testing.T) {
 	if s, err := b.Slots(ctx, id); err != nil || s.ID != "l" {
 		t.Fatalf("slots after 100,001 others: %+v, %v", s, err)
 	}
-	if rc, err := b.TakeReceipt(ctx, id); err != nil || string(rc) != "rc" {
+	if rc, err := b.TakeReceipt(ctx, id, nil); err != nil || string(rc) != "rc" {
 		t.Fatalf("receipt after 100,001 others: %q, %v", rc, err)
 	}
 }
@@ -40,10 +40,10 @@ func TestMemoryForeignIDIsUnknown(t *testing.T) {
 	ctx := context.Background()
 	id, _ := a.AddLease(ctx, book.Record{Receipt: []byte("rc")})
 	a.AddLease(ctx, book.Record{Receipt: []byte("rc2")}) // drops id's receipt in a
-	if _, err := a.TakeReceipt(ctx, id); !errors.Is(err, book.ErrDropped) {
+	if _, err := a.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrDropped) {
 		t.Fatalf("in its own book: %v", err)
 	}
-	if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrUnknown) {
+	if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrUnknown) {
 		t.Fatalf("in another book: %v", err)
 	}
 }

@@ -193,9 +193,10 @@ func TestRoomMadeKeepsTheRequestsOwnTake(t *testing.T) {
 	}
 }
 
-// A bucket charged deep into debt reports waits near the largest
-// duration; its idle time must not overflow into the past, which would
-// evict it and forget the debt.
+// A bucket charged into debt must not be evicted (which would forget the
+// debt) while sweeps and room-making look for idle keys. (A charge's debt
+// is capped at one capacity, here 2000 s to repay; idle times saturate
+// rather than overflow for deeper states.)
 func TestDebtIsNotEvicted(t *testing.T) {
 	c := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(64))
@@ -214,7 +215,7 @@ func TestDebtIsNotEvicted(t *testing.T) {
 	}
 	// Many other keys: sweeps and room-making look for idle keys.
 	for i := range 2000 {
-		c.Advance(time.Second)
+		c.Advance(100 * time.Millisecond)
 		s.Take(ctx, []store.Item{{Key: fmt.Sprint("o", i), Spec: sp, Cost: 1}})
 	}
 	peek := []store.Item{{Key: "k", Spec: sp}}

@@ -19,9 +19,12 @@ for i = 1, #KEYS do
         local back = mul(delta, P.U)
         if cmp(tat, back) <= 0 then tat = ZERO else tat = sub(tat, back) end
       else
-        -- bucket.Params.Charge: the state is capped at MaxAhead ahead of V.
+        -- bucket.Params.Charge: the state is capped at min(2C, MaxAhead)
+        -- ahead of V (one capacity of debt).
         local base = bbase(P, tat, eneg, e, phase)
-        local limit = add((units(P, eneg, e, phase)), MAXAHEAD)
+        local ahead = add(P.C, P.C)
+        if cmp(ahead, MAXAHEAD) > 0 then ahead = MAXAHEAD end
+        local limit = add((units(P, eneg, e, phase)), ahead)
         if cmp(base, limit) >= 0 then
           tat = base
         else

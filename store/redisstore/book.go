@@ -46,13 +46,17 @@ func NewBook(s *Store, cfg book.Config) *Book {
 var (
 	// takeReceipt takes the receipt once, unless it is past the lease
 	// window (ARGV[1] now ms, ARGV[2] window ms: a record can outlive its
-	// receipt's window to hold its slots).
+	// receipt's window to hold its slots); with ARGV[3] '0' it only reads
+	// it, and with ARGV[4] set it takes it only if it still equals ARGV[4]
+	// (read, checked, then taken: a concurrent taker wins once).
 	takeReceiptScript = rueidis.NewLuaScript(`
 local v = redis.call('HGET', KEYS[1], 'r')
 if v then
   local t = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
   if tonumber(ARGV[1]) - t >= tonumber(ARGV[2]) then return {'u'} end
-  redis.call('HDEL', KEYS[1], 'r'); return {'r', v}
+  if ARGV[4] ~= '' and v ~= ARGV[4] then return {'s'} end
+  if ARGV[3] == '1' then redis.call('HDEL', KEYS[1], 'r') end
+  return {'r', v}
 end
 if redis.call('HEXISTS', KEYS[1], 'd') == 1 then return {'d'} end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'s'} end
@@ -204,10 +208,29 @@ func (b *Book) Slots(ctx context.Context, id string) (store.Lease, error) {
 	return store.Lease(s), nil
 }
 
-// TakeReceipt implements book.Book.
-func (b *Book) TakeReceipt(ctx context.Context, id string) ([]byte, error) {
+// TakeReceipt implements book.Book: with check, the receipt is read,
+// checked, then taken if it is still there.
+func (b *Book) TakeReceipt(ctx context.Context, id string, check func([]byte) error) ([]byte, error) {
+	if check == nil {
+		return b.takeReceipt(ctx, id, true, "")
+	}
+	rc, err := b.takeReceipt(ctx, id, false, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := check(rc); err != nil {
+		return nil, err
+	}
+	return b.takeReceipt(ctx, id, true, string(rc))
+}
+
+func (b *Book) takeReceipt(ctx context.Context, id string, take bool, want string) ([]byte, error) {
+	takeArg := "0"
+	if take {
+		takeArg = "1"
+	}
 	v, err := takeReceiptScript.Exec(ctx, b.c, []string{b.leaseKey(id)},
-		[]string{strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10)}).ToArray()
+		[]string{strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10), takeArg, want}).ToArray()
 	if err != nil {
 		return nil, err
 	}

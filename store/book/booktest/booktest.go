@@ -28,6 +28,7 @@ func Run(t *testing.T, f Factory) {
 		{"ReusedIDIsAMismatch", testMismatch},
 		{"FailedFirstIsForgotten", testForgotten},
 		{"ReceiptSettlesOnce", testSettleOnce},
+		{"RefusedCheckKeepsTheReceipt", testCheckRefuses},
 		{"UnknownLease", testUnknown},
 		{"ReceiptsCappedOldestDropped", testReceiptCap},
 		{"SlotsOutliveTheCap", testSlotsOutliveCap},
@@ -93,15 +94,37 @@ func testForgotten(t *testing.T, f Factory) {
 func testSettleOnce(t *testing.T, f Factory) {
 	b := f(t, book.Config{})
 	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
-	if rc, err := b.TakeReceipt(ctx, id); err != nil || string(rc) != "rc" {
+	if rc, err := b.TakeReceipt(ctx, id, nil); err != nil || string(rc) != "rc" {
 		t.Fatalf("rule: a receipt is taken once: %q, %v", rc, err)
 	}
-	if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrSettled) {
+	if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrSettled) {
 		t.Fatalf("rule: a second take is ErrSettled, got %v", err)
 	}
 	noRc := addLease(t, b, book.Record{Slots: slots("x"), SlotsTTL: time.Minute})
-	if _, err := b.TakeReceipt(ctx, noRc); !errors.Is(err, book.ErrSettled) {
+	if _, err := b.TakeReceipt(ctx, noRc, nil); !errors.Is(err, book.ErrSettled) {
 		t.Fatalf("rule: a lease without a receipt has nothing to settle (ErrSettled), got %v", err)
+	}
+}
+
+// Rule: a receipt whose check fails is not taken: the check's error is
+// returned and a later take gets it.
+func testCheckRefuses(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
+	bad := errors.New("too big")
+	if _, err := b.TakeReceipt(ctx, id, func(rc []byte) error {
+		if string(rc) != "rc" {
+			t.Errorf("check saw %q", rc)
+		}
+		return bad
+	}); err != bad {
+		t.Fatalf("rule: a failing check's error is returned: %v", err)
+	}
+	if rc, err := b.TakeReceipt(ctx, id, func([]byte) error { return nil }); err != nil || string(rc) != "rc" {
+		t.Fatalf("rule: a receipt whose check failed is still there: %q, %v", rc, err)
+	}
+	if _, err := b.TakeReceipt(ctx, id, func([]byte) error { return nil }); !errors.Is(err, book.ErrSettled) {
+		t.Fatalf("rule: once taken, ErrSettled: %v", err)
 	}
 }
 
@@ -112,7 +135,7 @@ func testUnknown(t *testing.T, f Factory) {
 		if _, err := b.Slots(ctx, id); !errors.Is(err, book.ErrUnknown) {
 			t.Errorf("rule: an unknown lease's slots are ErrUnknown: %q: %v", id, err)
 		}
-		if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrUnknown) {
+		if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrUnknown) {
 			t.Errorf("rule: an unknown lease's receipt is ErrUnknown: %q: %v", id, err)
 		}
 	}
@@ -127,7 +150,7 @@ func testReceiptCap(t *testing.T, f Factory) {
 		ids = append(ids, addLease(t, b, book.Record{Receipt: fmt.Appendf(nil, "rc%d", i)}))
 	}
 	for i, id := range ids {
-		rc, err := b.TakeReceipt(ctx, id)
+		rc, err := b.TakeReceipt(ctx, id, nil)
 		switch {
 		case i < 3 && !errors.Is(err, book.ErrDropped):
 			t.Errorf("rule: the oldest receipts beyond the cap are dropped: %d: %q, %v", i, rc, err)
@@ -152,7 +175,7 @@ func testSlotsOutliveCap(t *testing.T, f Factory) {
 	if err != nil || got.ID != slots("held").ID || len(got.Keys) != 1 {
 		t.Fatalf("rule: slots outlive the cap on receipts: %+v, %v", got, err)
 	}
-	if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrDropped) {
+	if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrDropped) {
 		t.Fatalf("rule: its receipt was dropped: %v", err)
 	}
 }
@@ -177,7 +200,7 @@ func testReceiptsExpire(t *testing.T, f Factory) {
 	b := f(t, book.Config{LeaseWindow: 200 * time.Millisecond})
 	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
 	time.Sleep(700 * time.Millisecond)
-	if _, err := b.TakeReceipt(ctx, id); !errors.Is(err, book.ErrUnknown) {
+	if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrUnknown) {
 		t.Fatalf("rule: a receipt past the lease window is ErrUnknown: %v", err)
 	}
 	if b.Dropped() != 0 {
