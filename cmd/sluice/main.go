@@ -160,6 +160,11 @@ func formatVersion(override string, bi *debug.BuildInfo) string {
 		}
 	}
 	if rev == "" {
+		if v == "(devel)" {
+			// A local build outside a checkout, or with -buildvcs=false
+			// (GOFLAGS): say so rather than print a bare "(devel)".
+			return v + " (no VCS revision in the build info: build in a git checkout with -buildvcs=true)"
+		}
 		return v
 	}
 	details := []string{"revision " + rev[:min(len(rev), 12)]}

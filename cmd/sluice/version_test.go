@@ -30,7 +30,7 @@ func TestVersionFormat(t *testing.T) {
 		{"", stamped, "v0.0.0-20261201080000-abcdef123456+dirty (revision abcdef123456, 2026-12-01T08:00:00Z, modified)"},
 		{"v1.2.3", stamped, "v1.2.3 (revision abcdef123456, 2026-12-01T08:00:00Z, modified)"},
 		{"", clean, "(devel) (revision 0123456789ab, 2026-12-02T09:00:00Z)"},
-		{"", &debug.BuildInfo{}, "(devel)"},
+		{"", &debug.BuildInfo{}, "(devel) (no VCS revision in the build info: build in a git checkout with -buildvcs=true)"},
 		{"", nil, "(devel)"},
 		{"v1.2.3", nil, "v1.2.3"},
 	} {
