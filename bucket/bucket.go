@@ -62,8 +62,11 @@ type epoch struct {
 	_       [56]byte
 }
 
-// Bucket is a token bucket. It is safe for concurrent use. The zero value is
-// not usable: create buckets with New.
+// Bucket is a token bucket. It is safe for concurrent use. Create buckets
+// with New: the zero Bucket holds nothing and never panics, but every
+// method that returns an error returns one matching sluice.ErrInvalidLimit
+// ("bucket: not made with bucket.New"), Tokens and TokensAt return 0, Limit
+// returns the zero Limit and Undo returns false.
 type Bucket struct {
 	ep    atomic.Pointer[epoch]
 	clock sluice.Clock // nil: the monotonic system clock
@@ -72,6 +75,9 @@ type Bucket struct {
 	_     [40]byte
 	seen  atomic.Int64 // latest time seen from a Clock or AllowAt
 }
+
+// errNotMade is the error of every method of a zero Bucket.
+var errNotMade = sluice.Errorf(sluice.ErrInvalidLimit, "bucket: not made with bucket.New")
 
 // New returns a bucket with limit l, full unless StartEmpty is given. An
 // invalid limit returns an error matching sluice.ErrInvalidLimit.
@@ -95,8 +101,15 @@ func New(l Limit, opts ...Option) (*Bucket, error) {
 	return b, nil
 }
 
-// Limit returns the bucket's current limit.
-func (b *Bucket) Limit() Limit { return b.ep.Load().p.limit }
+// Limit returns the bucket's current limit (the zero Limit for a zero
+// Bucket).
+func (b *Bucket) Limit() Limit {
+	ep := b.ep.Load()
+	if ep == nil {
+		return Limit{}
+	}
+	return ep.p.limit
+}
 
 // now returns the current time in ns since t0.
 func (b *Bucket) now() int64 {
@@ -144,6 +157,9 @@ func (b *Bucket) AllowAt(now time.Time, cost int64) (sluice.Decision, error) {
 func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 	for {
 		ep, at, tat := b.snapshot(d)
+		if ep == nil {
+			return sluice.Decision{}, errNotMade
+		}
 		if cost < 0 || cost > ep.p.limit.Capacity {
 			return sluice.Decision{}, costError(cost, ep.p.limit.Capacity)
 		}
@@ -177,9 +193,13 @@ func (b *Bucket) reanchor(ep *epoch, tat int64, at Instant) {
 // first rebasing or re-anchoring the epoch when d is outside its range and
 // waiting out a concurrent epoch change. The caller applies its transition
 // with a CAS on the epoch's state and calls snapshot again if that fails.
+// The epoch is nil for a zero Bucket.
 func (b *Bucket) snapshot(d int64) (*epoch, Instant, int64) {
 	for {
 		ep := b.ep.Load()
+		if ep == nil {
+			return nil, Instant{}, 0
+		}
 		dn := d - ep.origin
 		if dn < 0 || dn > ep.p.maxElap {
 			if b.fixEpoch(ep, d) {
@@ -264,6 +284,9 @@ func (b *Bucket) SetLimitAt(now time.Time, l Limit) error {
 }
 
 func (b *Bucket) setLimitAt(d int64, l Limit) error {
+	if b.ep.Load() == nil {
+		return errNotMade
+	}
 	q, err := Compile(l)
 	if err != nil {
 		return err
@@ -291,6 +314,9 @@ func (b *Bucket) TokensAt(now time.Time) float64 { return b.tokensAt(b.at(now)) 
 func (b *Bucket) tokensAt(d int64) float64 {
 	for {
 		ep := b.ep.Load()
+		if ep == nil {
+			return 0
+		}
 		tat := ep.tat.Load()
 		if tat == frozen {
 			continue
@@ -329,6 +355,9 @@ func (b *Bucket) ReserveAt(now time.Time, cost int64, maxWait time.Duration) (*R
 func (b *Bucket) reserve(d, cost int64, maxWait time.Duration) (*Reservation, error) {
 	for {
 		ep, at, tat := b.snapshot(d)
+		if ep == nil {
+			return nil, errNotMade
+		}
 		if cost < 0 || cost > ep.p.limit.Capacity {
 			return nil, costError(cost, ep.p.limit.Capacity)
 		}
@@ -477,7 +506,7 @@ func (b *Bucket) Take(cost int64) (sluice.Decision, Receipt, error) {
 // never create credit. It reports whether it gave the tokens back. Undo a
 // receipt once.
 func (b *Bucket) Undo(r Receipt) bool {
-	if r.cost <= 0 || b.now() >= r.until {
+	if r.cost <= 0 || b.ep.Load() == nil || b.now() >= r.until {
 		return false
 	}
 	b.adjust(-r.cost)

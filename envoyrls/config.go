@@ -21,6 +21,8 @@ package envoyrls
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,6 +34,7 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/suggest"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -70,175 +73,388 @@ var units = map[string]struct {
 	"year":   {rls.RateLimitResponse_RateLimit_YEAR, 365 * 86400},
 }
 
-// LoadDir reads every *.yaml (and *.yml) file in dir, each one domain.
+// ErrInvalid is matched (errors.Is) by every error of a malformed
+// configuration that LoadDir and Parse return (an Errors). Errors about the
+// directory itself (missing, not a directory, no file) do not match it.
+var ErrInvalid = errors.New("invalid Envoy ratelimit config")
+
+// Error is one problem of a configuration file, at the line and column of
+// the YAML node at fault.
+type Error struct {
+	File         string // the file's path as LoadDir found it; "" from Parse
+	Line, Column int    // 1-based; 0 when not known
+	Msg          string
+	err          error // the cause, when there is one (see Unwrap)
+}
+
+// Error formats e as "FILE: line L, column C: msg", leaving out what is not
+// known.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		b.WriteString(": ")
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ", column %d", e.Column)
+		}
+		b.WriteString(": ")
+	}
+	return b.String() + e.Msg
+}
+
+// Unwrap is the cause of e (an I/O error, or a limit's error matching
+// sluice.ErrInvalidLimit), or nil.
+func (e *Error) Unwrap() error { return e.err }
+
+// Errors is every problem found, ordered by file, then line, then column.
+// It is never empty when returned as an error.
+type Errors []*Error
+
+// Error is the problem when there is one, else a line "envoy config: N
+// problems:" followed by each problem on its own line, indented by two
+// spaces.
+func (es Errors) Error() string {
+	if len(es) == 1 {
+		return es[0].Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "envoy config: %d problems:", len(es))
+	for _, e := range es {
+		b.WriteString("\n  ")
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrInvalid.
+func (es Errors) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap is each problem, so that errors.Is and errors.As also see their
+// causes.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// dirError is a problem of LoadDir's directory, wrapping its cause.
+type dirError struct {
+	msg string
+	err error
+}
+
+func (e *dirError) Error() string { return e.msg }
+func (e *dirError) Unwrap() error { return e.err }
+
+// MaxFileSize bounds one configuration file (4 MiB).
+const MaxFileSize = 4 << 20
+
+// LoadDir reads every *.yaml and *.yml file in dir, each one domain. A
+// malformed configuration returns Errors listing every problem of every
+// file (and matching ErrInvalid); a dir that does not exist, is not a
+// directory or has no such file returns an error saying so (the first
+// matching fs.ErrNotExist).
 func LoadDir(dir string) (*Config, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.y*ml"))
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &dirError{dir + ": no such directory", err}
+	case err != nil:
+		return nil, err
+	case !fi.IsDir():
+		return nil, fmt.Errorf("%s: is a file, not a directory", dir)
+	}
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(files)
-	cfg := &Config{Domains: map[string]*Node{}}
-	for _, f := range files {
-		if ext := filepath.Ext(f); ext != ".yaml" && ext != ".yml" {
-			continue
+	var files []string
+	for _, de := range entries {
+		if ext := filepath.Ext(de.Name()); (ext == ".yaml" || ext == ".yml") && !de.IsDir() {
+			files = append(files, filepath.Join(dir, de.Name()))
 		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no *.yaml or *.yml file in %s", dir)
+	}
+	cfg := &Config{Domains: map[string]*Node{}}
+	where := map[string]string{} // domain -> the file defining it
+	var errs Errors
+	for _, f := range files { // in name order (os.ReadDir sorts)
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, err
+			errs = append(errs, &Error{File: f, Msg: err.Error(), err: err})
+			continue
 		}
-		domain, root, err := Parse(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
+		p := &parser{}
+		domain, dn, root := p.file(b)
+		if domain != "" {
+			if first, dup := where[domain]; dup {
+				p.at(dn, "domain %q is defined twice (first in %s)", domain, first)
+			} else {
+				where[domain] = f
+			}
 		}
-		if _, dup := cfg.Domains[domain]; dup {
-			return nil, fmt.Errorf("%s: domain %q is defined twice", f, domain)
+		for _, e := range p.sorted() {
+			e.File = f
+			errs = append(errs, e)
 		}
-		cfg.Domains[domain] = root
+		if len(p.errs) == 0 {
+			cfg.Domains[domain] = root
+		}
 	}
-	if len(cfg.Domains) == 0 {
-		return nil, fmt.Errorf("envoy config: no *.yaml file in %s", dir)
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return cfg, nil
 }
 
-// Parse parses one file: its domain and descriptor tree. Errors carry the
-// line.
+// Parse parses one file: its domain and descriptor tree. On error it
+// returns Errors, which lists every problem with its line and column (and
+// matches ErrInvalid).
 func Parse(src []byte) (string, *Node, error) {
-	if len(src) > 4<<20 {
-		return "", nil, errors.New("file larger than 4 MiB")
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return "", nil, fmt.Errorf("YAML: %v", err)
-	}
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return "", nil, errors.New("line 1: the file must be a mapping with domain and descriptors")
-	}
-	root := &Node{}
-	domain := ""
-	m := doc.Content[0]
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		switch k.Value {
-		case "domain":
-			domain = v.Value
-		case "descriptors":
-			kids, err := parseNodes(v, 0)
-			if err != nil {
-				return "", nil, err
-			}
-			root.Children = kids
-		default:
-			return "", nil, fmt.Errorf("line %d: unknown field %q", k.Line, k.Value)
-		}
-	}
-	if domain == "" {
-		return "", nil, fmt.Errorf("line %d: missing domain", m.Line)
+	p := &parser{}
+	domain, _, root := p.file(src)
+	if len(p.errs) > 0 {
+		return "", nil, p.sorted()
 	}
 	return domain, root, nil
 }
 
-func parseNodes(seq *yaml.Node, depth int) ([]*Node, error) {
+// Field names, for suggestions.
+var (
+	fileFields       = []string{"domain", "descriptors"}
+	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode"}
+	limitFields      = []string{"unit", "requests_per_unit", "unlimited", "name"}
+	unitNames        = []string{"second", "minute", "hour", "day", "week", "month", "year"}
+)
+
+// parser collects every problem of one file; a problem that does not follow
+// from another is reported even when the other is.
+type parser struct{ errs Errors }
+
+// at records a problem at n's position.
+func (p *parser) at(n *yaml.Node, format string, args ...any) {
+	p.errs = append(p.errs, &Error{Line: n.Line, Column: n.Column, Msg: fmt.Sprintf(format, args...)})
+}
+
+// sorted is p.errs in line, then column order.
+func (p *parser) sorted() Errors {
+	sort.SliceStable(p.errs, func(i, j int) bool {
+		a, b := p.errs[i], p.errs[j]
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+	})
+	return p.errs
+}
+
+// fields calls f for each key and value of the mapping n, once per key: a
+// key given twice is a problem (YAML decoders disagree on which one wins).
+func (p *parser) fields(n *yaml.Node, f func(k, v *yaml.Node)) {
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			p.at(k, "field %q is given twice", k.Value)
+			continue
+		}
+		seen[k.Value] = true
+		f(k, v)
+	}
+}
+
+// file parses a whole file: its domain ("" when missing or bad), the node
+// of the domain's value (for later problems about it), and its tree.
+func (p *parser) file(src []byte) (string, *yaml.Node, *Node) {
+	if len(src) > MaxFileSize {
+		p.errs = append(p.errs, &Error{Msg: fmt.Sprintf("file of %d bytes exceeds the maximum %d", len(src), MaxFileSize)})
+		return "", nil, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		p.errs = append(p.errs, yamlError(err))
+		return "", nil, nil
+	}
+	if len(doc.Content) == 0 {
+		p.errs = append(p.errs, &Error{Line: 1, Column: 1, Msg: "empty file: it needs a domain and descriptors"})
+		return "", nil, nil
+	}
+	m := doc.Content[0]
+	if m.Kind != yaml.MappingNode {
+		p.at(m, "the file must be a mapping with domain and descriptors")
+		return "", nil, nil
+	}
+	root := &Node{}
+	domain := ""
+	var dn *yaml.Node
+	p.fields(m, func(k, v *yaml.Node) {
+		switch k.Value {
+		case "domain":
+			dn = v
+			if v.Kind != yaml.ScalarNode || v.Value == "" {
+				p.at(v, "domain must be a non-empty string")
+				return
+			}
+			domain = v.Value
+		case "descriptors":
+			root.Children = p.nodes(v, 0)
+		default:
+			p.at(k, "unknown field %q%s", k.Value, suggest.DidYouMean(k.Value, fileFields))
+		}
+	})
+	if dn == nil {
+		p.at(m, "missing domain")
+	}
+	return domain, dn, root
+}
+
+func (p *parser) nodes(seq *yaml.Node, depth int) []*Node {
 	if seq.Kind != yaml.SequenceNode {
-		return nil, fmt.Errorf("line %d: descriptors must be a list", seq.Line)
+		p.at(seq, "descriptors must be a list")
+		return nil
 	}
 	if depth > 32 {
-		return nil, fmt.Errorf("line %d: descriptors nested deeper than 32", seq.Line)
+		p.at(seq, "descriptors nested deeper than 32")
+		return nil
 	}
 	var out []*Node
 	for _, n := range seq.Content {
 		if n.Kind != yaml.MappingNode {
-			return nil, fmt.Errorf("line %d: a descriptor must be a mapping", n.Line)
+			p.at(n, "a descriptor must be a mapping with a key")
+			continue
 		}
 		node := &Node{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
+		hasKey := false
+		p.fields(n, func(k, v *yaml.Node) {
 			switch k.Value {
 			case "key":
+				hasKey = true
+				if v.Kind != yaml.ScalarNode || v.Value == "" {
+					p.at(v, "key must be a non-empty string")
+					return
+				}
 				node.Key = v.Value
 			case "value":
+				if v.Kind != yaml.ScalarNode {
+					p.at(v, "value must be a string")
+					return
+				}
+				if i := strings.IndexByte(v.Value, '*'); i >= 0 && i != len(v.Value)-1 {
+					p.at(v, "value %q: a wildcard value may only end in *", v.Value)
+					return
+				}
 				node.Value = v.Value
 			case "shadow_mode":
-				b, err := strconv.ParseBool(v.Value)
-				if err != nil {
-					return nil, fmt.Errorf("line %d: shadow_mode %q is not true or false", v.Line, v.Value)
-				}
-				node.Shadow = b
+				node.Shadow = p.boolean(k, v)
 			case "rate_limit":
-				l, err := parseLimit(v)
-				if err != nil {
-					return nil, err
-				}
-				node.Limit = l
+				node.Limit = p.limit(v)
 			case "descriptors":
-				kids, err := parseNodes(v, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				node.Children = kids
+				node.Children = p.nodes(v, depth+1)
 			case "replaces", "share_threshold", "quota_mode", "detailed_metric", "value_to_metric":
-				return nil, fmt.Errorf("line %d: %q is not supported by sluice", k.Line, k.Value)
+				p.at(k, "%q is not supported by sluice", k.Value)
 			default:
-				return nil, fmt.Errorf("line %d: unknown field %q in a descriptor", k.Line, k.Value)
+				p.at(k, "unknown field %q in a descriptor%s", k.Value, suggest.DidYouMean(k.Value, descriptorFields))
 			}
-		}
-		if node.Key == "" {
-			return nil, fmt.Errorf("line %d: a descriptor needs a key", n.Line)
-		}
-		if i := strings.IndexByte(node.Value, '*'); i >= 0 && i != len(node.Value)-1 {
-			return nil, fmt.Errorf("line %d: a wildcard value may only end in *", n.Line)
+		})
+		if !hasKey {
+			p.at(n, "a descriptor needs a key")
 		}
 		out = append(out, node)
 	}
-	return out, nil
+	return out
 }
 
-func parseLimit(n *yaml.Node) (*Limit, error) {
-	if n.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("line %d: rate_limit must be a mapping", n.Line)
+// boolean is the value of the boolean field k: v, or a problem.
+func (p *parser) boolean(k, v *yaml.Node) bool {
+	b, err := strconv.ParseBool(v.Value)
+	if err != nil || v.Kind != yaml.ScalarNode {
+		p.at(v, "%s %q is not true or false", k.Value, v.Value)
 	}
+	return b
+}
+
+func (p *parser) limit(n *yaml.Node) *Limit {
+	if n.Kind != yaml.MappingNode {
+		p.at(n, "rate_limit must be a mapping with unit and requests_per_unit")
+		return nil
+	}
+	before := len(p.errs)
 	l := &Limit{}
-	unit := ""
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+	var unit, rpu *yaml.Node
+	p.fields(n, func(k, v *yaml.Node) {
 		switch k.Value {
 		case "unit":
-			unit = strings.ToLower(v.Value)
+			unit = v
 		case "requests_per_unit":
-			x, err := strconv.ParseUint(v.Value, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: requests_per_unit %q is not a whole number", v.Line, v.Value)
-			}
-			l.RequestsPerUnit = uint32(x)
+			rpu = v
 		case "unlimited":
-			b, err := strconv.ParseBool(v.Value)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: unlimited %q is not true or false", v.Line, v.Value)
-			}
-			l.Unlimited = b
+			l.Unlimited = p.boolean(k, v)
 		case "name":
+			if v.Kind != yaml.ScalarNode {
+				p.at(v, "name must be a string")
+				return
+			}
 			l.Name = v.Value
 		default:
-			return nil, fmt.Errorf("line %d: unknown field %q in rate_limit", k.Line, k.Value)
+			p.at(k, "unknown field %q in rate_limit%s", k.Value, suggest.DidYouMean(k.Value, limitFields))
 		}
+	})
+	var secs float64
+	switch {
+	case unit != nil:
+		u, ok := units[strings.ToLower(unit.Value)]
+		if !ok || unit.Kind != yaml.ScalarNode {
+			p.at(unit, "unit %q is not second, minute, hour, day, week, month or year%s", unit.Value, suggest.DidYouMean(unit.Value, unitNames))
+		}
+		l.Unit, secs = u.unit, u.secs
+	case !l.Unlimited:
+		p.at(n, "rate_limit needs a unit (second, minute, hour, day, week, month or year)")
 	}
-	if l.Unlimited {
-		return l, nil
+	switch {
+	case rpu != nil:
+		x, err := strconv.ParseInt(rpu.Value, 10, 64)
+		switch {
+		case rpu.Kind != yaml.ScalarNode || err != nil && !errors.Is(err, strconv.ErrRange):
+			p.at(rpu, "requests_per_unit %q is not a whole number: it must be at least 1", rpu.Value)
+		case x < 1:
+			p.at(rpu, "requests_per_unit %s: it must be at least 1", rpu.Value)
+		case err != nil || x > math.MaxUint32:
+			p.at(rpu, "requests_per_unit %s: it must be at most %d", rpu.Value, uint32(math.MaxUint32))
+		default:
+			l.RequestsPerUnit = uint32(x)
+		}
+	case !l.Unlimited:
+		p.at(n, "rate_limit needs requests_per_unit (a whole number, at least 1)")
 	}
-	u, ok := units[unit]
-	if !ok {
-		return nil, fmt.Errorf("line %d: rate_limit unit %q is not second, minute, hour, day, week, month or year", n.Line, unit)
+	if l.Unlimited || len(p.errs) > before {
+		return l
 	}
-	if l.RequestsPerUnit < 1 {
-		return nil, fmt.Errorf("line %d: requests_per_unit must be at least 1", n.Line)
-	}
-	l.Unit = u.unit
-	spec, err := store.NewBucketSpec(bucket.Limit{Capacity: int64(l.RequestsPerUnit), Rate: float64(l.RequestsPerUnit) / u.secs})
+	spec, err := store.NewBucketSpec(bucket.Limit{Capacity: int64(l.RequestsPerUnit), Rate: float64(l.RequestsPerUnit) / secs})
 	if err != nil {
-		return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		p.errs = append(p.errs, &Error{Line: n.Line, Column: n.Column, Msg: err.Error(), err: err})
+		return l
 	}
 	l.spec = spec
-	return l, nil
+	return l
+}
+
+// yamlError is a YAML syntax error as an Error, its "yaml: line N:" prefix
+// turned into the Error's line.
+func yamlError(err error) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ":"); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, msg = l, strings.TrimSpace(tail)
+			}
+		}
+	}
+	return &Error{Line: line, Msg: "YAML: " + msg}
 }
 
 // match walks a descriptor's entries down a domain's tree as the reference

@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -196,7 +197,23 @@ func FuzzParse(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: day, requests_per_unit: 7}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
-		envoyrls.Parse(src) // never panics; errors are fine
+		// Never panics; an error is Errors, each problem with a message.
+		domain, root, err := envoyrls.Parse(src)
+		var es envoyrls.Errors
+		switch {
+		case err == nil:
+			if domain == "" || root == nil {
+				t.Fatalf("no error, domain %q, root %v", domain, root)
+			}
+		case !errors.As(err, &es) || len(es) == 0 || !errors.Is(err, envoyrls.ErrInvalid):
+			t.Fatalf("error %T %v", err, err)
+		default:
+			for _, e := range es {
+				if e.Msg == "" || e.Line < 0 || e.Column < 0 {
+					t.Fatalf("problem %#v", e)
+				}
+			}
+		}
 	})
 }
 

@@ -121,7 +121,9 @@ type Stats struct {
 }
 
 // Gate admits calls; see the package documentation. It is safe for
-// concurrent use.
+// concurrent use. Create gates with New: a zero Gate admits nothing and
+// never panics; Do and Reserve return an error matching
+// sluice.ErrInvalidLimit ("gate: not made with gate.New").
 type Gate struct {
 	cfg   Config
 	name  string
@@ -160,6 +162,9 @@ type waiter struct {
 	admitted bool  // a slot was handed over by dispatchLocked
 	err      error // set when rebooking failed
 }
+
+// errNotMade is the error of Do and Reserve on a zero Gate.
+var errNotMade = sluice.Errorf(sluice.ErrInvalidLimit, "gate: not made with gate.New")
 
 // New returns a gate for cfg, or an error naming the invalid field (it
 // matches sluice.ErrInvalidLimit).
@@ -222,7 +227,10 @@ func (g *Gate) Stats() Stats {
 		Admitted: c.admitted.Load(), AdmittedRetries: c.admittedRetries.Load(), Retries: c.retries.Load(),
 		RejectedQueueFull: c.queueFull.Load(), RejectedWaitTooLong: c.waitTooLong.Load(),
 		RejectedCost: c.badCost.Load(), Canceled: c.canceled.Load(),
-		Queued: int(g.queued.Load()), InFlight: int(g.inFlight.Load()), Tokens: g.b.Tokens(),
+		Queued: int(g.queued.Load()), InFlight: int(g.inFlight.Load()),
+	}
+	if g.b != nil {
+		s.Tokens = g.b.Tokens()
 	}
 	s.Rejected = map[string]uint64{
 		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,
@@ -496,6 +504,9 @@ func (g *Gate) budget(ctx context.Context, now time.Time) time.Duration {
 // acquire admits cost: it returns once the tokens and a slot are taken,
 // with the reservation when wantRes is set (else nil).
 func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool) (*bucket.Reservation, error) {
+	if g.b == nil {
+		return nil, errNotMade
+	}
 	if err := bucket.CheckCost(cost, g.limit.Capacity); err != nil {
 		reason := "cost_exceeds_capacity"
 		if cost < 0 {

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/suggest"
 	"github.com/sluicehq/sluice/window"
 )
 
@@ -348,7 +349,7 @@ func (f *limitFields) common(l *Limit) {
 		if slices.Contains(storeErrorModes, s) {
 			l.OnStoreError = s
 		} else {
-			f.bad("on_store_error", "%q is not %s%s", s, orList(storeErrorModes), didYouMean(s, storeErrorModes))
+			f.bad("on_store_error", "%q is not %s%s", s, orList(storeErrorModes), suggest.DidYouMean(s, storeErrorModes))
 		}
 	}
 }
@@ -415,7 +416,7 @@ func (f *limitFields) kind() (k Kind, known bool) {
 	}
 	k, err := ParseKind(algo)
 	if err != nil {
-		if hint := didYouMean(algo, kindNames()); hint != "" {
+		if hint := suggest.DidYouMean(algo, kindNames()); hint != "" {
 			f.bad("algorithm", "unknown algorithm %q%s", algo, hint)
 		} else {
 			f.bad("algorithm", "%v", err)
@@ -439,7 +440,7 @@ func (f *limitFields) unknownFields(k Kind, known bool) {
 		if !known && slices.ContainsFunc(kindDefs[:], func(d kindDef) bool { return slices.Contains(d.fields, field) }) {
 			continue
 		}
-		msg := "unknown field" + didYouMean(field, commonFields, allKindFields())
+		msg := "unknown field" + suggest.DidYouMean(field, commonFields, allKindFields())
 		if known {
 			msg = fmt.Sprintf("unknown field for a %s limit", k) + kindFieldHint(field, k)
 		}
@@ -459,7 +460,7 @@ func kindFieldHint(field string, k Kind) string {
 	if len(owners) > 0 {
 		return fmt.Sprintf(" (it is a field of %s limits)", strings.Join(owners, " and "))
 	}
-	return didYouMean(field, commonFields, kindDefs[k].fields)
+	return suggest.DidYouMean(field, commonFields, kindDefs[k].fields)
 }
 
 // allKindFields is every field some kind takes.
@@ -475,9 +476,9 @@ func allKindFields() []string {
 	return all
 }
 
-// suggestOrList is didYouMean(s, fields), else the list of fields.
+// suggestOrList is suggest.DidYouMean(s, fields), else the list of fields.
 func suggestOrList(s string, fields []string) string {
-	if hint := didYouMean(s, fields); hint != "" {
+	if hint := suggest.DidYouMean(s, fields); hint != "" {
 		return hint
 	}
 	return " (want " + orList(fields) + ")"

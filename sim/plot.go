@@ -33,27 +33,42 @@ type Named struct {
 // divided by Bin, so a burst shows as a spike and not as a flat second.
 const Bin = 0.1
 
-// Rates returns offered and admitted requests per second, in Bin-wide bins.
+// binNS is Bin in nanoseconds, and binsPerSecond 1/Bin: bins are computed
+// on whole nanoseconds, so a time on a boundary (0.3 s) falls in the bin it
+// starts, which 0.3/0.1 = 2.9999999999999996 in floating point would not.
+const (
+	binNS         = 100_000_000
+	binsPerSecond = 10
+)
+
+// bin is the index of the Bin holding time t (seconds, >= 0; recorded
+// times are whole nanoseconds).
+func bin(t float64) int { return int(int64(math.Round(t*1e9)) / binNS) }
+
+// Rates returns offered and admitted requests per second, in Bin-wide bins:
+// bin i counts the times t with i*Bin <= t < (i+1)*Bin exactly (times taken
+// as whole nanoseconds).
 func Rates(r *Report) (offered, admitted plotter.XYs) {
-	var end float64
+	end := 0
 	for _, o := range r.Outcomes {
-		end = max(end, o.T)
+		end = max(end, bin(o.T))
 		if o.AdmittedAt != nil {
-			end = max(end, *o.AdmittedAt)
+			end = max(end, bin(*o.AdmittedAt))
 		}
 	}
-	n := int(end/Bin) + 1
-	off, adm := make([]float64, n), make([]float64, n)
+	n := end + 1
+	off, adm := make([]int, n), make([]int, n)
 	for _, o := range r.Outcomes {
-		off[int(o.T/Bin)]++
+		off[bin(o.T)]++
 		if o.AdmittedAt != nil {
-			adm[int(*o.AdmittedAt/Bin)]++
+			adm[bin(*o.AdmittedAt)]++
 		}
 	}
 	offered, admitted = make(plotter.XYs, n), make(plotter.XYs, n)
 	for i := range n {
-		offered[i] = plotter.XY{X: float64(i) * Bin, Y: off[i] / Bin}
-		admitted[i] = plotter.XY{X: float64(i) * Bin, Y: adm[i] / Bin}
+		x := float64(i) / binsPerSecond
+		offered[i] = plotter.XY{X: x, Y: float64(off[i] * binsPerSecond)}
+		admitted[i] = plotter.XY{X: x, Y: float64(adm[i] * binsPerSecond)}
 	}
 	return offered, admitted
 }

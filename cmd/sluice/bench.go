@@ -41,7 +41,7 @@ func loopback(host string) error {
 	}
 	ip := net.ParseIP(host)
 	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("target host %q is not a loopback address (127.0.0.0/8, ::1, localhost)", host)
+		return fmt.Errorf("--target host %q is not a loopback address (127.0.0.0/8, ::1, localhost)", host)
 	}
 	return nil
 }
@@ -56,7 +56,9 @@ type BenchResult struct {
 	P50, P90, P99, Max                  time.Duration
 }
 
-func (c benchCmd) Run(e *env) error {
+// Validate checks every flag before anything is sent (kong calls it after
+// parsing; its error is a usage error, exit status 2).
+func (c benchCmd) Validate() error {
 	switch {
 	case c.Duration <= 0 || c.Duration > 10*time.Minute:
 		return fmt.Errorf("--duration %v must be within (0, 10m]", c.Duration)
@@ -67,15 +69,37 @@ func (c benchCmd) Run(e *env) error {
 	case c.Requests < 1:
 		return fmt.Errorf("--requests %d must be at least 1", c.Requests)
 	}
-	var do func(ctx context.Context, i int) (bool, error)
+	_, err := c.httpTarget()
+	return err
+}
+
+// httpTarget is --target as a URL (nil with --grpc), or why it is not a
+// loopback target of the chosen protocol.
+func (c benchCmd) httpTarget() (*url.URL, error) {
 	if c.GRPC {
 		host, _, err := net.SplitHostPort(c.Target)
 		if err != nil {
-			return fmt.Errorf("--target %q: want host:port with --grpc", c.Target)
+			return nil, fmt.Errorf("--target %q: want host:port with --grpc", c.Target)
 		}
-		if err := loopback(host); err != nil {
-			return err
-		}
+		return nil, loopback(host)
+	}
+	u, err := url.Parse(c.Target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--target %q: want http://127.0.0.1:PORT", c.Target)
+	}
+	return u, loopback(u.Hostname())
+}
+
+// Run loads the target for --duration (or --requests) and prints what it
+// measured; when every request failed it prints no figures and returns the
+// first failure.
+func (c benchCmd) Run(e *env) error {
+	u, err := c.httpTarget()
+	if err != nil {
+		return err
+	}
+	var do func(ctx context.Context, i int) (bool, error)
+	if c.GRPC {
 		conn, err := grpc.NewClient(c.Target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return err
@@ -91,13 +115,6 @@ func (c benchCmd) Run(e *env) error {
 			return r.OverallCode == rls.RateLimitResponse_OK, nil
 		}
 	} else {
-		u, err := url.Parse(c.Target)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-			return fmt.Errorf("--target %q: want http://127.0.0.1:PORT", c.Target)
-		}
-		if err := loopback(u.Hostname()); err != nil {
-			return err
-		}
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.Concurrency, MaxConnsPerHost: c.Concurrency}}
 		endpoint := u.JoinPath("/v1/check").String()
 		do = func(ctx context.Context, i int) (bool, error) {
@@ -143,10 +160,22 @@ func (c benchCmd) Run(e *env) error {
 	return nil
 }
 
+// Give-up thresholds of runBench: when no request has been decided after
+// both this many requests and this long, the target is taken for dead.
+const (
+	giveUpRequests = 200
+	giveUpAfter    = time.Second
+)
+
+// runBench sends requests with c.Concurrency workers until c.Duration has
+// passed or c.Requests were sent; it stops early, every request having
+// failed, when none was decided (admitted or refused) within the first
+// giveUpRequests requests and giveUpAfter, whichever ends later.
 func runBench(c benchCmd, do func(context.Context, int) (bool, error), e *env) (BenchResult, error) {
 	// Requests run to completion; the deadline only stops new ones, so none
 	// is cut off and counted as an error.
 	ctx := context.Background()
+	var giveUp atomic.Bool
 	deadline := time.Now().Add(c.Duration)
 	bar := progressbar.NewOptions64(int64(c.Duration/time.Second),
 		progressbar.OptionSetWriter(e.stderr), progressbar.OptionSetDescription("sending"),
@@ -164,7 +193,7 @@ func runBench(c benchCmd, do func(context.Context, int) (bool, error), e *env) (
 			defer wg.Done()
 			for {
 				t0 := time.Now()
-				if !t0.Before(deadline) {
+				if !t0.Before(deadline) || giveUp.Load() {
 					return
 				}
 				n := next.Add(1)
@@ -174,8 +203,11 @@ func runBench(c benchCmd, do func(context.Context, int) (bool, error), e *env) (
 				ok, err := do(ctx, int(n%int64(c.Keys)))
 				sent.Add(1)
 				if err != nil {
-					failed.Add(1)
+					f := failed.Add(1)
 					firstOnce.Do(func() { firstErr = err })
+					if f >= giveUpRequests && admitted.Load()+refused.Load() == 0 && time.Since(start) >= giveUpAfter {
+						giveUp.Store(true)
+					}
 					continue
 				}
 				lat[w] = append(lat[w], time.Since(t0))

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/envoyrls"
@@ -17,9 +19,10 @@ type checkCmd struct {
 	EnvoyConfig string `placeholder:"DIR" help:"Directory of Envoy ratelimit configuration files (*.yaml, *.yml) to validate instead of a policy." type:"path"`
 }
 
-// Run validates exactly one of: the policy file given as the argument, the
-// one given by --config, or the Envoy directory of --envoy-config.
-func (c checkCmd) Run(e *env) error {
+// Validate requires exactly one of: the policy file given as the argument,
+// the one given by --config, or the Envoy directory of --envoy-config (kong
+// calls it after parsing; its error is a usage error, exit status 2).
+func (c checkCmd) Validate() error {
 	var given []string
 	if c.Policy != "" {
 		given = append(given, fmt.Sprintf("the argument %s", c.Policy))
@@ -32,10 +35,16 @@ func (c checkCmd) Run(e *env) error {
 	}
 	switch {
 	case len(given) == 0:
-		return errors.New("check needs what to validate: a policy file (sluice check FILE, or --config FILE) or a directory of Envoy ratelimit config (--envoy-config DIR)")
+		return errors.New("nothing to validate: give a policy file (sluice check FILE, or --config FILE) or a directory of Envoy ratelimit config (--envoy-config DIR)")
 	case len(given) > 1:
-		return fmt.Errorf("check validates one thing at a time; got %s", strings.Join(given, " and "))
-	case c.EnvoyConfig != "":
+		return fmt.Errorf("validates one thing at a time; got %s", strings.Join(given, " and "))
+	}
+	return nil
+}
+
+// Run validates what Validate accepted and prints a summary of it.
+func (c checkCmd) Run(e *env) error {
+	if c.EnvoyConfig != "" {
 		return c.envoy(e)
 	}
 	path := c.Policy
@@ -47,9 +56,12 @@ func (c checkCmd) Run(e *env) error {
 		if looksLikeEnvoy(err) {
 			return fmt.Errorf("%w\nthis looks like an Envoy ratelimit config: use --envoy-config %s", err, filepath.Dir(path))
 		}
+		if fi, serr := os.Stat(path); serr == nil && fi.IsDir() {
+			return fmt.Errorf("%w (a directory: for Envoy ratelimit config use --envoy-config %s)", err, path)
+		}
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s: %d limits, %d cost rules, version %s: OK\n", path, len(p.Limits), len(p.Costs), p.Version)
+	fmt.Fprintf(e.stdout, "%s: %s, %s, version %s: OK\n", path, plural(len(p.Limits), "limit"), plural(len(p.Costs), "cost rule"), p.Version)
 	return nil
 }
 
@@ -71,7 +83,7 @@ func looksLikeEnvoy(err error) bool {
 func (c checkCmd) envoy(e *env) error {
 	cfg, err := envoyrls.LoadDir(c.EnvoyConfig)
 	if err != nil {
-		return err
+		return envoyDirError(c.EnvoyConfig, err)
 	}
 	domains := make([]string, 0, len(cfg.Domains))
 	limits := 0
@@ -80,8 +92,26 @@ func (c checkCmd) envoy(e *env) error {
 		limits += countLimits(root)
 	}
 	sort.Strings(domains)
-	fmt.Fprintf(e.stdout, "%s: %d domains (%s), %d rate limits: OK\n", c.EnvoyConfig, len(domains), strings.Join(domains, ", "), limits)
+	fmt.Fprintf(e.stdout, "%s: %s (%s), %s: OK\n", c.EnvoyConfig, plural(len(domains), "domain"), strings.Join(domains, ", "), plural(limits, "rate limit"))
 	return nil
+}
+
+// envoyDirError is err, of envoyrls.LoadDir(dir) for --envoy-config dir,
+// naming the flag when it is about the directory itself ("--envoy-config
+// DIR: no such directory", "... is a file, not a directory").
+func envoyDirError(dir string, err error) error {
+	if !errors.Is(err, envoyrls.ErrInvalid) && strings.HasPrefix(err.Error(), dir+": ") {
+		return fmt.Errorf("--envoy-config %w", err)
+	}
+	return err
+}
+
+// plural is "1 noun" or "n nouns".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // countLimits is the number of rate_limit entries in n's tree.

@@ -70,7 +70,7 @@ func TestEnvPerCommandVars(t *testing.T) {
 		t.Fatalf("SLUICE_BENCH_REQUESTS: %d %q %q", code, out, errOut)
 	}
 	t.Setenv("SLUICE_BENCH_GRPC", "true")
-	if code, _, errOut := runCmd(t, "", "bench", "--target", ts.URL); code != 1 || !strings.Contains(errOut, "want host:port with --grpc") {
+	if code, _, errOut := runCmd(t, "", "bench", "--target", ts.URL); code != 2 || !strings.Contains(errOut, "want host:port with --grpc") {
 		t.Fatalf("SLUICE_BENCH_GRPC: %d %q", code, errOut)
 	}
 

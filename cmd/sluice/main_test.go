@@ -93,7 +93,7 @@ func TestSimulate(t *testing.T) {
 			t.Fatalf("%s was written", f)
 		}
 	}
-	if code, _, errOut := runCmd(t, "{\"t\": 0}\n", "simulate", "--config", pol, "--trace", "-", "--compare", "leaky"); code != 1 || !strings.Contains(errOut, `unknown algorithm "leaky"`) {
+	if code, _, errOut := runCmd(t, "{\"t\": 0}\n", "simulate", "--config", pol, "--trace", "-", "--compare", "leaky"); code != 2 || !strings.Contains(errOut, `unknown algorithm "leaky"`) {
 		t.Fatalf("%d %q", code, errOut)
 	}
 	if code, _, errOut := runCmd(t, "", "simulate", "--generate", "wave"); code != 2 || !strings.Contains(errOut, "--generate") {

@@ -311,11 +311,11 @@ func TestBench(t *testing.T) {
 		t.Fatalf("grpc: %d %q %q", code, out, errOut)
 	}
 	for _, target := range []string{"http://192.168.1.5:8080", "http://example.com", "ftp://127.0.0.1"} {
-		if code, _, errOut := runCmd(t, "", "bench", "--target", target, "--duration", "1s"); code != 1 || !strings.Contains(errOut, "target") {
+		if code, _, errOut := runCmd(t, "", "bench", "--target", target, "--duration", "1s"); code != 2 || !strings.Contains(errOut, "target") {
 			t.Errorf("%s: %d %q", target, code, errOut)
 		}
 	}
-	if code, _, errOut := runCmd(t, "", "bench", "--target", p.addr, "--duration", "1h"); code != 1 || !strings.Contains(errOut, "10m") {
+	if code, _, errOut := runCmd(t, "", "bench", "--target", p.addr, "--duration", "1h"); code != 2 || !strings.Contains(errOut, "10m") {
 		t.Errorf("unbounded duration: %d %q", code, errOut)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -21,7 +22,7 @@ type simulateCmd struct {
 	Compare string `help:"Replay under each of these algorithms (comma-separated: token_bucket,sliding_window,fixed_window) at the same capacity and rate, and plot them side by side."`
 	Out     string `help:"Write the output (outcomes, or a generated trace) to this file instead of stdout." type:"path"`
 
-	Generate   string            `help:"Write an example trace instead of simulating: pulse, steady or burst." enum:",pulse,steady,burst" default:""`
+	Generate   string            `placeholder:"KIND" help:"Write an example trace instead of simulating: KIND is pulse, steady or burst."`
 	N          int               `help:"pulse: requests at t=0; burst: requests per burst." default:"1000"`
 	Rate       float64           `help:"steady: requests per second." default:"25"`
 	Duration   time.Duration     `help:"steady, burst: length of the trace." default:"30s"`
@@ -30,12 +31,41 @@ type simulateCmd struct {
 	Descriptor map[string]string `help:"Descriptors of every generated request (name=value; repeatable)."`
 }
 
+// Validate checks the flags before anything is read or written (kong calls
+// it after parsing; its error is a usage error, exit status 2).
+func (c simulateCmd) Validate() error {
+	switch c.Generate {
+	case "":
+		if c.Config == "" || c.Trace == "" {
+			return errors.New("needs --config and --trace (or --generate)")
+		}
+	case "pulse", "steady", "burst":
+	default:
+		return fmt.Errorf("--generate %q: want pulse, steady or burst", c.Generate)
+	}
+	if c.MaxWait < 0 {
+		return fmt.Errorf("--max-wait %v: must be 0 (no waiting) or more", c.MaxWait)
+	}
+	if ext := strings.ToLower(filepath.Ext(c.Plot)); c.Plot != "" && ext != ".png" && ext != ".svg" {
+		return fmt.Errorf("--plot %q: the file must end in .png or .svg", c.Plot)
+	}
+	if c.Compare != "" {
+		for _, a := range strings.Split(c.Compare, ",") {
+			switch strings.TrimSpace(a) {
+			case "token_bucket", "sliding_window", "fixed_window":
+			default:
+				return fmt.Errorf("--compare: unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", strings.TrimSpace(a))
+			}
+		}
+	}
+	return nil
+}
+
+// Run writes the generated trace (--generate), or replays --trace against
+// --config and writes the outcomes, the plot and a summary.
 func (c simulateCmd) Run(e *env) error {
 	if c.Generate != "" {
 		return c.generate(e)
-	}
-	if c.Config == "" || c.Trace == "" {
-		return errors.New("simulate needs --config and --trace (or --generate)")
 	}
 	p, err := policy.Load(c.Config)
 	if err != nil {

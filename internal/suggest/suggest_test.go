@@ -1,4 +1,4 @@
-package policy
+package suggest
 
 import "testing"
 
@@ -11,11 +11,11 @@ func TestDistance(t *testing.T) {
 		{"kitten", "sitting", 3}, {"refil_per_second", "refill_per_second", 1},
 		{"capcaity", "capacity", 1}, {"ca", "abc", 3}, {"limts", "limits", 1},
 	} {
-		if got := distance(tc.a, tc.b, 100); got != tc.want {
-			t.Errorf("distance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		if got := Distance(tc.a, tc.b, 100); got != tc.want {
+			t.Errorf("Distance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
-		if got := distance(tc.b, tc.a, 100); got != tc.want {
-			t.Errorf("distance(%q, %q) = %d, want %d", tc.b, tc.a, got, tc.want)
+		if got := Distance(tc.b, tc.a, 100); got != tc.want {
+			t.Errorf("Distance(%q, %q) = %d, want %d", tc.b, tc.a, got, tc.want)
 		}
 	}
 }
@@ -27,8 +27,8 @@ func TestNearest(t *testing.T) {
 		"ky": "key", "refil": "refill", "names": "name", "wen": "when",
 		"colour": "", "x": "", "": "", "burst": "", "refill_per_minute": "",
 	} {
-		if got := nearest(s, fields); got != want {
-			t.Errorf("nearest(%q) = %q, want %q", s, got, want)
+		if got := Nearest(s, fields); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", s, got, want)
 		}
 	}
 }

@@ -1,29 +1,31 @@
-package policy
+// Package suggest finds the known name nearest to a misspelled one, for
+// "did you mean ...?" hints in configuration errors.
+package suggest
 
 import "strings"
 
-// didYouMean is " (did you mean c?)" for the candidate c nearest to s (see
-// nearest), else the empty string.
-func didYouMean(s string, candidates ...[]string) string {
-	if c := nearest(s, candidates...); c != "" {
+// DidYouMean is " (did you mean c?)" for the candidate c nearest to s (see
+// Nearest), else the empty string.
+func DidYouMean(s string, candidates ...[]string) string {
+	if c := Nearest(s, candidates...); c != "" {
 		return " (did you mean " + c + "?)"
 	}
 	return ""
 }
 
-// nearest returns the candidate closest to s by optimal string alignment
+// Nearest returns the candidate closest to s by optimal string alignment
 // distance (Levenshtein's insertions, deletions and substitutions, plus
 // transpositions of adjacent bytes), ignoring the case of s (candidates
 // are lower case), when that
 // distance is at most max(2, len(s)/3); "" when no candidate is that close.
 // Of equally close candidates the first wins.
-func nearest(s string, candidates ...[]string) string {
+func Nearest(s string, candidates ...[]string) string {
 	limit := max(2, len(s)/3)
 	best, bestD := "", limit+1
 	s = strings.ToLower(s)
 	for _, cs := range candidates {
 		for _, c := range cs {
-			if d := distance(s, c, bestD); d < bestD {
+			if d := Distance(s, c, bestD); d < bestD {
 				best, bestD = c, d
 			}
 		}
@@ -31,10 +33,10 @@ func nearest(s string, candidates ...[]string) string {
 	return best
 }
 
-// distance is the optimal string alignment distance between a and b, or
+// Distance is the optimal string alignment distance between a and b, or
 // any value >= bound when it is at least bound. Its cost is
 // O(len(a)*len(b)), and O(1) when the lengths alone differ by bound.
-func distance(a, b string, bound int) int {
+func Distance(a, b string, bound int) int {
 	if d := len(a) - len(b); d >= bound || -d >= bound {
 		return bound
 	}
