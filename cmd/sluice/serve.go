@@ -183,7 +183,7 @@ func (c serveCmd) Run(e *env) error {
 		last = dirDigest(c.EnvoyConfig)
 		cfg, err := envoyrls.LoadDir(c.EnvoyConfig)
 		if err != nil {
-			return err
+			return envoyDirError(c.EnvoyConfig, err)
 		}
 		envoy.Store(&envoyState{cfg: cfg, version: digestVersion(last)})
 	}
