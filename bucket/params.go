@@ -109,6 +109,106 @@ func Compile(l Limit) (Params, error) {
 	return binaryUnits(l)
 }
 
+// smallUnits is the largest capacity in units that CompileSmall aims
+// for: every intermediate of a decision then stays an exact integer in a
+// float64 (below 2^53) while the state is near its capacity.
+const smallUnits = 1 << 52
+
+// maxSmallDen bounds the ticks of the clock CompileSmall may choose: the
+// Redis script splits time so that products with a remainder below 2^26
+// stay exact.
+const maxSmallDen = 1 << 26
+
+// CompileSmall is Compile choosing, where it can, a representation whose
+// numbers stay small enough for plain float64 arithmetic (the Redis
+// script's double path): for a rate of a/b tokens per nanosecond it takes
+// the finest clock tick d (a divisor of b, d < 2^26; d = 1 is Compile's
+// whole units) for which one token = b/d units keeps the capacity below
+// 2^52 units, so that each tick of d nanoseconds adds exactly a units.
+// Decisions are exact in either form (a state reads the clock rounded
+// down to its tick, restarts exactly), and the stores, which restart a
+// full bucket at its own origin, lose nothing to it; the in-process
+// Bucket uses Compile. When no such tick exists it is Compile.
+func CompileSmall(l Limit) (Params, error) {
+	p, err := Compile(l)
+	if err != nil || p.capUnits < smallUnits && p.den < maxSmallDen {
+		return p, err
+	}
+	a, b, ok := l.fraction()
+	if !ok {
+		return p, nil
+	}
+	// The least tick: d > capacity*b/2^52, a divisor of b.
+	hi, lo := bits.Mul64(uint64(l.Capacity), b)
+	if hi >= smallUnits {
+		return p, nil
+	}
+	need, _ := bits.Div64(hi, lo, smallUnits)
+	best := uint64(0)
+	for _, d := range divisors(b) {
+		if d > need && d < maxSmallDen && (best == 0 || d < best) {
+			if hi, c := bits.Mul64(uint64(l.Capacity), b/d); hi == 0 && c < smallUnits {
+				best = d
+			}
+		}
+	}
+	if best == 0 {
+		return p, nil
+	}
+	return ticked(l, a, best, b/best), nil
+}
+
+// divisors returns divisors of n: all of them when n's prime factors are
+// below 2^16 (the periods and float rates Compile meets are such), else
+// those made of its small factors and the rest taken as one factor.
+func divisors(n uint64) []uint64 {
+	out := []uint64{1}
+	rest := n
+	for f := uint64(2); f < 1<<16 && f*f <= rest; f++ {
+		if rest%f != 0 {
+			continue
+		}
+		k := 0
+		for rest%f == 0 {
+			rest /= f
+			k++
+		}
+		m := len(out)
+		pw := uint64(1)
+		for range k {
+			pw *= f
+			for _, x := range out[:m] {
+				out = append(out, x*pw)
+			}
+		}
+	}
+	if rest > 1 {
+		for _, x := range out {
+			out = append(out, x*rest)
+		}
+	}
+	return out
+}
+
+// ticked compiles rate a/(u*d) tokens per ns as one token = u units and a
+// units per d ns (a and d coprime).
+func ticked(l Limit, a, d, u uint64) Params {
+	g := gcd(a, d)
+	num, den := a/g, d/g
+	p := Params{limit: l, unit: int64(u), capUnits: l.Capacity * int64(u), num: num, den: den, exact: true,
+		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDivisor(u)}
+	if u&(u-1) == 0 {
+		p.shift = uint(bits.TrailingZeros64(u))
+	}
+	p.maxElap = 1 << 61
+	if hi, lo := bits.Mul64(maxV, den); hi < num {
+		if q, _ := bits.Div64(hi, lo, num); q < 1<<61 {
+			p.maxElap = int64(q)
+		}
+	}
+	return p
+}
+
 // fraction returns the rate as a/b tokens per nanosecond (reduced), when it
 // fits 64-bit integers: RatePer's fraction, else the float's own value.
 func (l Limit) fraction() (a, b uint64, ok bool) {

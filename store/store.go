@@ -53,9 +53,11 @@ type Spec struct {
 	OnStoreError string
 }
 
-// NewBucketSpec compiles a token-bucket spec.
+// NewBucketSpec compiles a token-bucket spec, with the representation of
+// bucket.CompileSmall (numbers a shared store's script can decide on plain
+// doubles, wherever the limit allows).
 func NewBucketSpec(l bucket.Limit) (*Spec, error) {
-	p, err := bucket.Compile(l)
+	p, err := bucket.CompileSmall(l)
 	if err != nil {
 		return nil, err
 	}

@@ -197,6 +197,11 @@ func TestIdenticalToMemstore(t *testing.T) {
 		{Capacity: 1 << 20, Rate: 1 << 20},
 		{Capacity: 999_999_937, Rate: 999_999_937},
 		bucket.Every(3 * time.Millisecond).WithCapacity(50),
+		// Envoy units with large odd requests_per_unit: a clock tick of
+		// CompileSmall (den > 1) keeps them on the double path.
+		{Capacity: 999_999_937, Rate: 999_999_937.0 / 86400},
+		{Capacity: 123_456_789, Rate: 123_456_789.0 / 3600},
+		{Capacity: 16_777_213, Rate: 16_777_213.0 / 60},
 	} {
 		sp, err := store.NewBucketSpec(l)
 		if err != nil {
@@ -498,4 +503,32 @@ func FuzzIdenticalToMemstore(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Every Envoy unit with any requests_per_unit up to 1e9, and every rate
+// up to 1e9/s written as N per second, takes the script's double path.
+func TestCommonLimitsTakeTheDoublePath(t *testing.T) {
+	for _, u := range []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour} {
+		for _, n := range []int64{1, 7, 100, 1000, 99_999, 1_000_003, 123_456_789, 999_999_937, 1_000_000_000} {
+			sp := mustSpec(t, n, float64(n)/u.Seconds())
+			if !redisstore.FitsDoublePath(sp) {
+				num, den, _ := sp.Bucket.Ratio()
+				t.Errorf("%d per %v: limb path (capacity %d units, %d/%d units per ns)", n, u, sp.Bucket.CapacityUnits(), num, den)
+			}
+		}
+	}
+	// ... and each decides there: a take on one of them is counted fast.
+	clock := sluice.NewManualClock(storetest.Epoch)
+	rs := open(t, redisstore.WithScriptClock(clock))
+	sp := mustSpec(t, 999_999_937, 999_999_937.0/86400)
+	before := rs.ScriptStats()
+	for range 3 {
+		clock.Advance(time.Second)
+		if _, err := rs.Take(context.Background(), []store.Item{{Key: "k", Spec: sp, Cost: 1000}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := rs.ScriptStats(); st.Fast-before.Fast != 3 {
+		t.Fatalf("999,999,937 per day: %d of 3 decisions on the double path", st.Fast-before.Fast)
+	}
 }
