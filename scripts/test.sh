@@ -64,11 +64,11 @@ done
 fuzz_one() {
 	local pkg=$1 target=$2 dir=$3 corpus="$3/testdata/fuzz/$2" before after
 	for attempt in 1 2; do
-		before=$(ls "$corpus" 2>/dev/null | wc -l)
+		before=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
 		if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" >/tmp/sluice-fuzz.log 2>&1; then
 			return 0
 		fi
-		after=$(ls "$corpus" 2>/dev/null | wc -l)
+		after=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
 		if [ "$after" != "$before" ] || ! grep -q "context deadline exceeded" /tmp/sluice-fuzz.log; then
 			cat /tmp/sluice-fuzz.log
 			exit 1

@@ -94,6 +94,7 @@ type entry struct {
 	known        bool            // remote is set
 	blockedUntil int64           // local ns: the shared bucket refused blockedCost until then
 	blockedCost  int64
+	flight       chan struct{}   // a fetch for this key in progress (closed when done), or nil
 	// observed local rate: tokens spent per second, updated per window
 	rate     float64
 	winStart int64
@@ -142,7 +143,13 @@ func shardOf(key string) int {
 	return int(h & 15)
 }
 
-// Take implements store.Store.
+// Take implements store.Store. It never holds a lock across a round trip
+// to the shared store: a request that the local leases cannot serve marks
+// the entries it fetches for (one fetch per entry at a time: others
+// wanting the same keys wait for it, then spend locally), fetches without
+// a lock, then decides locally again. A request whose keys are all cold
+// (no batch to take) goes to the shared store as it would without
+// leasing, without waiting on any other key.
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
 	if err := store.Validate(items); err != nil {
 		return store.Result{}, err
@@ -154,7 +161,6 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			return s.inner.Take(ctx, items)
 		}
 	}
-	// Lock the items' shards in order.
 	var buf [8]int
 	sh := buf[:0]
 	for _, it := range items {
@@ -163,37 +169,33 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	locked := append([]int(nil), sh...)
 	slices.Sort(locked)
 	locked = slices.Compact(locked) // each shard once, in order
-	for _, x := range locked {
-		s.shards[x].mu.Lock()
-	}
-	defer func() {
-		for _, x := range locked {
-			s.shards[x].mu.Unlock()
-		}
-	}()
-	now := s.now()
 	ents := make([]*entry, len(items))
-	var need []store.Item // what the local leases lack, plus a batch
-	var needAt []int
-	for i, it := range items {
-		m := s.shards[sh[i]].m
-		e := m[it.Key]
-		if e == nil || e.spec != it.Spec {
-			if e != nil {
-				s.expireLocked(it.Key, e) // the limit changed: its lease is for the old one
+	for attempt := 0; ; attempt++ {
+		s.lock(locked)
+		now := s.now()
+		for i, it := range items {
+			ents[i] = s.entryLocked(sh[i], it, now)
+		}
+		var wait chan struct{}
+		var need []store.Item
+		var needAt []int
+		var deficits []int64
+		cold := true
+		for i, it := range items {
+			e := ents[i]
+			deficit := it.Cost - e.tokens
+			if deficit <= 0 {
+				continue
 			}
-			e = &entry{spec: it.Spec, winStart: now}
-			m[it.Key] = e
-		}
-		if e.expires <= now && e.tokens > 0 {
-			s.expireLocked(it.Key, e)
-		}
-		ents[i] = e
-		if deficit := it.Cost - e.tokens; deficit > 0 {
+			if e.flight != nil {
+				wait = e.flight // someone is fetching for this key: wait, then spend
+				break
+			}
 			if now < e.blockedUntil && deficit >= e.blockedCost {
 				// The shared bucket said it cannot have this much before
 				// then: refuse without a round trip (never over-admits).
-				s.refuseLocally(items, ents[:i+1], i, now)
+				s.refuseLocally(items, ents, i, now)
+				s.unlock(locked)
 				return store.Result{}, nil
 			}
 			extra := s.batch(e, now)
@@ -202,43 +204,125 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 				// had left beyond this request, leaving the rest to others.
 				extra = max(min(extra, (e.remote.Remaining-deficit)/2), 0)
 			}
+			if extra > 0 {
+				cold = false
+			}
 			need = append(need, store.Item{Key: it.Key, Spec: it.Spec, Cost: deficit + extra})
-			needAt = append(needAt, i)
+			needAt, deficits = append(needAt, i), append(deficits, deficit)
 		}
-	}
-	if len(need) > 0 {
-		ok, err := s.fetch(ctx, need, ents, needAt, items, now)
-		if err != nil {
+		switch {
+		case wait != nil:
+			s.unlock(locked)
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return store.Result{}, ctx.Err()
+			}
+			continue
+		case len(need) == 0:
+			s.spendLocked(items, ents, now)
+			s.unlock(locked)
+			return store.Result{Allowed: true}, nil
+		case cold && len(need) == len(items) || attempt >= 2:
+			// Nothing to batch (or the leases keep running out under
+			// us): decide on the shared store, as without leasing.
+			s.unlock(locked)
+			return s.direct(ctx, items, ents)
+		}
+		f := make(chan struct{})
+		for _, i := range needAt {
+			ents[i].flight = f
+		}
+		s.unlock(locked)
+		ok, err := s.fetch(ctx, need, needAt, deficits, items, ents, locked, now, f)
+		if err != nil || !ok {
 			return store.Result{}, err
 		}
-		if !ok {
-			return store.Result{}, nil
-		}
 	}
+}
+
+func (s *Store) lock(locked []int) {
+	for _, x := range locked {
+		s.shards[x].mu.Lock()
+	}
+}
+
+func (s *Store) unlock(locked []int) {
+	for _, x := range locked {
+		s.shards[x].mu.Unlock()
+	}
+}
+
+// entryLocked is item it's entry in shard x (made when missing, or when
+// its limit changed: the old lease is returned).
+func (s *Store) entryLocked(x int, it store.Item, now int64) *entry {
+	m := s.shards[x].m
+	e := m[it.Key]
+	if e == nil || e.spec != it.Spec {
+		if e != nil {
+			s.expireLocked(it.Key, e) // the limit changed: its lease is for the old one
+		}
+		e = &entry{spec: it.Spec, winStart: now}
+		m[it.Key] = e
+	}
+	if e.expires <= now && e.tokens > 0 {
+		s.expireLocked(it.Key, e)
+	}
+	return e
+}
+
+// spendLocked takes every item's cost from its lease (each has enough).
+func (s *Store) spendLocked(items []store.Item, ents []*entry, now int64) {
 	for i := range items {
 		e, cost := ents[i], items[i].Cost
 		e.tokens -= cost
 		s.leased.Add(-cost)
-		e.spent += cost
-		e.lastUse = now
-		if d := now - e.winStart; d >= int64(s.target) {
-			r := float64(e.spent) / (float64(d) / 1e9)
-			e.rate = (e.rate + r) / 2
-			e.winStart, e.spent = now, 0
-		}
+		s.observe(e, cost, now)
 		items[i].Decision = sluice.Decision{Allowed: true, Remaining: e.tokens + e.remote.Remaining, ResetAfter: e.remote.ResetAfter}
 		items[i].RefundBefore = e.refundBefore
 	}
-	return store.Result{Allowed: true}, nil
+}
+
+// observe counts cost spent on e's key at now, for its observed rate.
+func (s *Store) observe(e *entry, cost, now int64) {
+	e.spent += cost
+	e.lastUse = now
+	if d := now - e.winStart; d >= int64(s.target) {
+		r := float64(e.spent) / (float64(d) / 1e9)
+		e.rate = (e.rate + r) / 2
+		e.winStart, e.spent = now, 0
+	}
+}
+
+// direct decides items on the shared store with their own costs, leaving
+// the leases as they are, and remembers what the shared bucket said.
+func (s *Store) direct(ctx context.Context, items []store.Item, ents []*entry) (store.Result, error) {
+	s.trips.Add(1)
+	r, err := s.inner.Take(ctx, items)
+	if err != nil {
+		return r, err
+	}
+	now := s.now()
+	for i := range items {
+		sh := &s.shards[shardOf(items[i].Key)]
+		sh.mu.Lock()
+		e := ents[i]
+		e.remote, e.known, e.lastUse = items[i].Decision, true, now
+		if !items[i].Decision.Allowed {
+			e.blockedUntil, e.blockedCost = now+int64(items[i].Decision.RetryAfter), items[i].Cost
+		} else if r.Allowed {
+			s.observe(e, items[i].Cost, now) // so that a key that turns hot takes batches
+		}
+		items[i].Decision.Remaining += e.tokens
+		sh.mu.Unlock()
+	}
+	return r, nil
 }
 
 // refuseLocally answers a request refused by key i's remembered refusal.
 func (s *Store) refuseLocally(items []store.Item, ents []*entry, i int, now int64) {
 	for j := range items {
-		items[j].Decision = sluice.Decision{Allowed: true}
-		if j < len(ents) {
-			items[j].Decision.Remaining = ents[j].tokens + ents[j].remote.Remaining
-		}
+		items[j].Decision = sluice.Decision{Allowed: true, Remaining: ents[j].tokens + ents[j].remote.Remaining}
 	}
 	e := ents[i]
 	items[i].Decision = sluice.Decision{Remaining: e.tokens, RetryAfter: time.Duration(e.blockedUntil - now), ResetAfter: e.remote.ResetAfter}
@@ -255,30 +339,39 @@ func (s *Store) batch(e *entry, now int64) int64 {
 	return max(min(b, e.spec.Capacity()/s.maxFrac), 0)
 }
 
-// fetch takes what the leases lack from the shared store: with the batch
-// first, and if that is refused, only the deficit (so that leasing never
-// refuses what the shared bucket alone would admit). It reports whether the
-// request can be admitted; on false the items hold the refusal.
-func (s *Store) fetch(ctx context.Context, need []store.Item, ents []*entry, needAt []int, items []store.Item, now int64) (bool, error) {
+// fetch takes what the leases lack from the shared store, holding no
+// lock: with the batch first, and if that is refused, only the deficit (so
+// that leasing never refuses what the shared bucket alone would admit).
+// It then records the result under the locks, ends the flight f, and
+// reports whether the request may go on (false: refused, the items hold
+// the refusal).
+func (s *Store) fetch(ctx context.Context, need []store.Item, needAt []int, deficits []int64, items []store.Item, ents []*entry,
+	locked []int, now int64, f chan struct{}) (bool, error) {
 	s.trips.Add(1)
 	r, err := s.inner.Take(ctx, need)
-	if err != nil {
-		return false, err
-	}
-	if !r.Allowed {
+	if err == nil && !r.Allowed {
 		batched := false
 		for j, it := range need {
-			if deficit := items[needAt[j]].Cost - ents[needAt[j]].tokens; it.Cost > deficit {
-				need[j].Cost = deficit
+			if it.Cost > deficits[j] {
+				need[j].Cost = deficits[j]
 				batched = true
 			}
 		}
 		if batched {
 			s.trips.Add(1)
-			if r, err = s.inner.Take(ctx, need); err != nil {
-				return false, err
-			}
+			r, err = s.inner.Take(ctx, need)
 		}
+	}
+	s.lock(locked)
+	defer s.unlock(locked)
+	for _, i := range needAt {
+		if ents[i].flight == f {
+			ents[i].flight = nil
+		}
+	}
+	close(f)
+	if err != nil {
+		return false, err
 	}
 	if !r.Allowed {
 		for i := range items {
@@ -304,6 +397,9 @@ func (s *Store) fetch(ctx context.Context, need []store.Item, ents []*entry, nee
 		e.blockedUntil = 0
 		e.refundBefore = need[j].RefundBefore
 		e.expires = now + int64(s.ttl)
+		if key := items[i].Key; s.shards[shardOf(key)].m[key] != e {
+			s.expireLocked(key, e) // replaced meanwhile (its limit changed): return the tokens
+		}
 	}
 	return true, nil
 }
@@ -353,7 +449,7 @@ func (s *Store) sweep(all bool) {
 				s.leased.Add(-e.tokens)
 				e.tokens = 0
 			}
-			if e.tokens == 0 && (all || now-e.lastUse > int64(s.ttl)) {
+			if e.tokens == 0 && e.flight == nil && (all || now-e.lastUse > int64(s.ttl)) {
 				delete(sh.m, k)
 			}
 		}
