@@ -94,7 +94,7 @@ type entry struct {
 	known        bool            // remote is set
 	blockedUntil int64           // local ns: the shared bucket refused blockedCost until then
 	blockedCost  int64
-	flight       chan struct{}   // a fetch for this key in progress (closed when done), or nil
+	flight       chan struct{} // a fetch for this key in progress (closed when done), or nil
 	// observed local rate: tokens spent per second, updated per window
 	rate     float64
 	winStart int64
