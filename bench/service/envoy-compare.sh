@@ -33,8 +33,9 @@
 # The figures are relative, not capacities: on this 2-core machine the two
 # cores are shared by the server under load, its redis-server and the load
 # generator (and the idle other servers, and whatever else runs on the
-# machine: each raw line records the load average), so every figure includes
-# their contention for the cores.
+# machine: each raw line records the load average, which counts this run's
+# own processes too), so every figure includes their contention for the
+# cores.
 #
 # Environment (all optional):
 #   ROUNDS=5 SECONDS=5        rounds per configuration, seconds per run
@@ -229,7 +230,8 @@ raw=$tmp/raw.txt
 	echo "# sluice $(git describe --always --dirty 2>/dev/null || echo '?'); $ENVOY_MODULE@$ENVOY_VERSION; $(redis-server --version | cut -d' ' -f1-3)"
 	echo "# ROUNDS=$ROUNDS SECONDS=$SECONDS_PER_RUN CLIENTS=\"$CLIENTS\" KEYS=\"$KEYS\" UNITS=\"$UNITS\" LEASE=$LEASE WARMUP=$WARMUP${ENVOY_REDIS_PIPELINE_WINDOW:+ ENVOY_REDIS_PIPELINE_WINDOW=$ENVOY_REDIS_PIPELINE_WINDOW}"
 	echo "# server_cpu, redis_cpu: microseconds of CPU per decision; p99 in microseconds;"
-	echo "# load1: the machine's 1-minute load average at the end of the run (other work on it shows there)"
+	echo "# load1: the machine's 1-minute load average at the end of the run (this run's own"
+	echo "#   processes count there too: about 2-3 under load; more is other work on the machine)"
 } >"$OUT"
 
 # run round impl key keys clients: one measured run, one raw line
