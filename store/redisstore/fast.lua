@@ -33,6 +33,7 @@ end
 local function fV(qn, rn, den, e, ph)
   local a = e * qn
   if a >= T52 then return nil end
+  if den == 1 then return a, 0 end -- whole units per ns: V(e) = e*num exactly
   local f = e * rn + ph
   local q, r
   if f < T53 then
@@ -57,6 +58,17 @@ end
 -- found as the least x with V(x) >= target, from a floating estimate.
 local function fwait(qn, rn, den, num, target, eneg, e, ph)
   if target <= 0 then return 0 end
+  if den == 1 and target < T52 then
+    -- V(x) = x*num: the least x with x*num >= target is its ceiling.
+    local x, r = fdiv(target, num)
+    if r > 0 then x = x + 1 end
+    if eneg then
+      if x + e >= T52 then return nil end
+      return x + e
+    end
+    if x <= e then return 0 end
+    return x - e
+  end
   local x = floor((target * den - ph) / num)
   if x < 0 then x = 0 end
   if x >= T52 then return nil end

@@ -38,7 +38,7 @@ end
 
 local function limb_window(kind, at, key, costn, cs, nowhex, expire)
   local now = limbnow(nowhex)
-  local N, W, cost = hex(ARGV[at]), hex(ARGV[at + 1]), costl(costn, cs)
+  local N, W, cost = hex(A[at]), hex(A[at + 1]), costl(costn, cs)
   local st, ok, rem, retry, rr
   if kind == 's' then
     st, ok, rem, retry, rr = wslide(N, W, load(key, 's', 3), now, cost)

@@ -186,7 +186,7 @@ local function now_ns(arg)
   return add(mul(num(tonumber(t[1])), num(1000000000)), num(tonumber(t[2]) * 1000))
 end
 
--- params reads a token bucket's parameters from ARGV at i.
+-- params reads a token bucket's parameters from the call's arguments at i.
 local function bparams(i)
-  return {U = hex(ARGV[i]), C = hex(ARGV[i + 1]), num = hex(ARGV[i + 2]), den = hex(ARGV[i + 3]), M = hex(ARGV[i + 4])}
+  return {U = hex(A[i]), C = hex(A[i + 1]), num = hex(A[i + 2]), den = hex(A[i + 3]), M = hex(A[i + 4])}
 end

@@ -40,8 +40,10 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -70,19 +72,6 @@ var (
 	//go:embed adjust.lua
 	adjustLua string
 )
-
-// takeScript is the double path, then the limb model wrapped in a function
-// that runs only when a batch needs it (defining its functions on every
-// call would cost more than most decisions), then the batch loop.
-var takeScript = fastLua + `
-local LIMB
-local function limbs()
-  if LIMB then return LIMB end
-` + libLua + modelLua + limbpathLua + `
-  LIMB = {bucket = limb_bucket, window = limb_window}
-  return LIMB
-end
-` + takeLua
 
 // DefaultTimeout bounds every call to Redis unless WithTimeout says
 // otherwise.
@@ -126,8 +115,7 @@ type Store struct {
 	own     bool
 	cluster bool
 	cfg     config
-	take    *rueidis.Lua
-	adjust  *rueidis.Lua
+	scripts *scripts
 	params  sync.Map // *store.Spec -> []string
 	closed  chan struct{}
 	once    sync.Once
@@ -255,10 +243,9 @@ func New(c rueidis.Client, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{c: c, cfg: cfg, closed: make(chan struct{}),
-		take:    rueidis.NewLuaScript(takeScript),
-		adjust:  rueidis.NewLuaScript(libLua + modelLua + adjustLua),
 		cluster: c.Mode() == rueidis.ClientModeCluster,
 	}
+	s.scripts = newScripts(c)
 	return s, nil
 }
 
@@ -326,15 +313,27 @@ func FitsDoublePath(sp *store.Spec) bool {
 	return den < 1<<26 && sp.Bucket.CapacityUnits() < 1<<52 && num/den < 1<<52
 }
 
-// paramsOf returns the script's 7 parameter fields for sp (cached: specs
-// are immutable). A token bucket whose numbers fit doubles exactly also
-// gets qn and rn (num = qn*den + rn), which select the script's double
-// path; others take the exact limb path.
-func (s *Store) paramsOf(sp *store.Spec) []string {
-	if p, ok := s.params.Load(sp); ok {
-		return p.([]string)
+// specArgs is how the script is told of a spec: its kind tag and 7
+// parameter fields.
+type specArgs struct {
+	tag    string
+	fields []string
+}
+
+// paramsOf returns the script's 7 parameter fields for sp.
+func (s *Store) paramsOf(sp *store.Spec) []string { return s.argsOf(sp).fields }
+
+// argsOf returns the script's arguments for sp (cached: specs are
+// immutable). A token bucket whose numbers fit doubles exactly also gets
+// qn and rn (num = qn*den + rn), which select the script's double path,
+// and a tag naming its parameters (the script parses them once per tag);
+// others take the exact limb path.
+func (s *Store) argsOf(sp *store.Spec) *specArgs {
+	if a, ok := s.params.Load(sp); ok {
+		return a.(*specArgs)
 	}
 	var p []string
+	tag := string(kindLetter[sp.Kind])
 	switch sp.Kind {
 	case store.TokenBucket:
 		b := &sp.Bucket
@@ -344,13 +343,18 @@ func (s *Store) paramsOf(sp *store.Spec) []string {
 			qn, rn = strconv.FormatUint(num/den, 10), strconv.FormatUint(num%den, 10)
 		}
 		p = []string{hex64(b.Unit()), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed()), qn, rn}
+		if qn != "" {
+			sum := sha256.Sum256([]byte(strings.Join(p, ",")))
+			tag += hex.EncodeToString(sum[:8])
+		}
 	case store.SlidingWindow, store.FixedWindow:
 		p = []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", "", "", ""}
 	default:
 		p = []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", "", "", ""}
 	}
-	s.params.Store(sp, p)
-	return p
+	a := &specArgs{tag: tag, fields: p}
+	s.params.Store(sp, a)
+	return a
 }
 
 func (s *Store) now() string {
@@ -548,11 +552,12 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 	args := make([]string, 0, 3+8*len(specs)+len(tail))
 	args = append(args, s.now(), s.expire(), itoa(int64(len(specs))))
 	for _, sp := range specs {
-		args = append(args, string(kindLetter[sp.Kind]))
-		args = append(args, s.paramsOf(sp)...)
+		a := s.argsOf(sp)
+		args = append(args, a.tag)
+		args = append(args, a.fields...)
 	}
 	args = append(args, tail...)
-	err := s.decode(s.take.Exec(ctx, s.c, keys, args), batch)
+	err := s.decode(s.scripts.take(ctx, keys, args), batch)
 	for _, c := range batch {
 		if err != nil {
 			c.err = fmt.Errorf("redisstore: take: %w", err)
@@ -851,7 +856,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	for i, sl := range order {
 		execs[i] = *bySlot[sl]
 	}
-	for _, r := range s.adjust.ExecMulti(ctx, s.c, execs...) {
+	for _, r := range s.scripts.adjust(ctx, execs) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("redisstore: adjust: %w", err)
 		}

@@ -3,7 +3,8 @@
 -- ARGV: [1] now (16 hex digits, ns) or '' for Redis TIME; [2] '1' to let
 -- keys expire when their state is new again; [3] S, the number of specs,
 -- then 8 fields per spec: kind (b bucket, s sliding window, f fixed
--- window, c concurrency) and 7 parameters; then R, the number of
+-- window, c concurrency; a double-path bucket's letter is followed by an
+-- id naming its parameters) and 7 parameters; then R, the number of
 -- requests, and per request its lease id and item count m, then 2 fields
 -- per item: spec index and cost (decimal, or 'x' and 16 hex digits).
 -- KEYS are the items' keys, request after request.
@@ -19,16 +20,25 @@ local expire = ARGV[2] == '1'
 local specs = {}
 local a = 4
 for i = 1, tonumber(ARGV[3]) do
-  local kind = ARGV[a]
+  local tag = ARGV[a] -- the kind letter, then (double path) the spec's id
+  local kind = string.sub(tag, 1, 1)
   local sp = {kind = kind, at = a + 1}
   if kind == 'b' and ARGV[a + 6] ~= '' then
-    local ch, cl = split16(ARGV[a + 2], 1)
-    local uh, ul = split16(ARGV[a + 3], 1)
-    local dh, dl = split16(ARGV[a + 4], 1)
-    local mh, ml = split16(ARGV[a + 5], 1)
-    local kh, kl = split16(ARGV[a + 1], 1)
-    sp.F = {k2 = kh * T32 + kl, qn = tonumber(ARGV[a + 6]), rn = tonumber(ARGV[a + 7]),
-      C = ch * T32 + cl, num = uh * T32 + ul, den = dh * T32 + dl, M = mh * T32 + ml}
+    -- The double path's numbers, parsed once per spec (FCACHE lives as
+    -- long as the function library; a script call starts it empty).
+    local F = FCACHE[tag]
+    if not F then
+      local ch, cl = split16(ARGV[a + 2], 1)
+      local uh, ul = split16(ARGV[a + 3], 1)
+      local dh, dl = split16(ARGV[a + 4], 1)
+      local mh, ml = split16(ARGV[a + 5], 1)
+      local kh, kl = split16(ARGV[a + 1], 1)
+      F = {k2 = kh * T32 + kl, qn = tonumber(ARGV[a + 6]), rn = tonumber(ARGV[a + 7]),
+        C = ch * T32 + cl, num = uh * T32 + ul, den = dh * T32 + dl, M = mh * T32 + ml}
+      if FN >= 4096 then FCACHE, FN = {}, 0 end
+      FCACHE[tag], FN = F, FN + 1
+    end
+    sp.F = F
   end
   specs[i] = sp
   a = a + 8
