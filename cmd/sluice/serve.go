@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -577,9 +576,11 @@ func (c *heardConn) Close() error {
 // newGRPC is the gRPC server of Envoy's RateLimitService (from the policy
 // or Envoy's configuration), with the gRPC health service and reflection.
 func newGRPC(svc rls.RateLimitServiceServer) *grpc.Server {
-	// A decision request is small; a fixed set of stream workers serves RPCs
-	// (no goroutine, and no stack growth, per call).
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256<<10), grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
+	// grpc-go's default, a goroutine per stream: fixed stream workers (2, 8
+	// or 64 of them) measured no faster at 1, 16 or 64 clients
+	// (BENCHMARKS.md, "gRPC stream workers"), and when they are all busy
+	// grpc-go starts a goroutine per stream anyway.
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 10))
 	rls.RegisterRateLimitServiceServer(gs, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
