@@ -255,4 +255,6 @@ func unitSeconds(u rls.RateLimitResponse_RateLimit_Unit) float64 {
 
 // appendEscaped appends s with "%", "|" and "=" escaped (they separate the
 // parts of a store key).
-func appendEscaped(b []byte, s string) []byte { return keyesc.Append(b, s, "|=") }
+func appendEscaped(b []byte, s string) []byte { return envoyEsc.Append(b, s) }
+
+var envoyEsc = keyesc.NewSet("|=")

@@ -228,6 +228,7 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(x *Limiter) { 
 // SetPolicy swaps the policy atomically.
 type Limiter struct {
 	st         store.Store
+	kb         store.KeyBorrower // st, when it lends keys; else nil
 	log        *slog.Logger
 	reg        prometheus.Registerer
 	compiled   atomic.Pointer[compiled]
@@ -241,6 +242,10 @@ type compiled struct {
 	p      *policy.Policy
 	specs  []*store.Spec // per policy limit
 	prefix []string      // per limit: "name:", the store key's prefix
+	// per limit: its status with the fields that do not change filled in,
+	// and whether it is an in-flight cap (whose items cost one slot)
+	status []LimitStatus
+	conc   []bool
 	// counters per limit, [admitted, rejected][original, retry]
 	counters [][2][2]prometheus.Counter
 }
@@ -257,6 +262,7 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		return nil, errors.New("limiter: nil policy or store")
 	}
 	l := &Limiter{st: s}
+	l.kb, _ = s.(store.KeyBorrower)
 	for _, o := range opts {
 		o(l)
 	}
@@ -301,9 +307,13 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 // parameters are unchanged keep their state (their keys do not change).
 func (l *Limiter) SetPolicy(p *policy.Policy) error {
 	c := &compiled{p: p, specs: make([]*store.Spec, len(p.Limits)), prefix: make([]string, len(p.Limits)),
-		counters: make([][2][2]prometheus.Counter, len(p.Limits))}
+		counters: make([][2][2]prometheus.Counter, len(p.Limits)),
+		status:   make([]LimitStatus, len(p.Limits)), conc: make([]bool, len(p.Limits))}
 	old := l.compiled.Load()
 	for i, lim := range p.Limits {
+		c.status[i] = LimitStatus{Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
+			RefillPerSecond: lim.Bucket.Rate, Window: lim.Window.Window + lim.LeaseTTL}
+		c.conc[i] = lim.Kind == policy.Concurrency
 		for r, result := range []string{"admitted", "rejected"} {
 			for a, attempt := range []string{"original", "retry"} {
 				c.counters[i][r][a] = l.m.decisions.WithLabelValues(lim.Name, result, attempt)
@@ -441,8 +451,9 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	if cost == 0 {
 		cost = c.p.Cost(req.Descriptors)
 	}
+	// (The items of the last check stay in the scratch until the next one
+	// overwrites them: keys the store owns, a few at most.)
 	items, which, ends, user, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
-	defer func() { clear(items) }() // drop the key strings from the reused buffer
 	limits := res.Limits[:0]
 	for i, lim := range c.p.Limits {
 		from := len(key)
@@ -459,22 +470,19 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		}
 		key = k
 		itemCost := cost
-		if lim.Kind == policy.Concurrency {
+		if c.conc[i] {
 			itemCost = 1
-		}
-		if lim.Kind != policy.Concurrency && itemCost > lim.Capacity() {
+		} else if itemCost > c.status[i].Capacity {
 			sc.key = key[:0]
-			return &CostError{Limit: lim.Name, Cost: itemCost, Capacity: lim.Capacity()}
+			return &CostError{Limit: lim.Name, Cost: itemCost, Capacity: c.status[i].Capacity}
 		}
 		if req.Peek {
 			itemCost = 0
 		}
 		items = append(items, store.Item{Spec: c.specs[i], Cost: itemCost})
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
-		limits = append(limits, LimitStatus{
-			Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-			RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window + lim.LeaseTTL,
-		})
+		limits = append(limits, c.status[i])
+		limits[len(limits)-1].TokenCost = itemCost
 	}
 	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
 	res.Allowed, res.Limits, res.Cost = true, limits, cost
@@ -485,7 +493,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	// The keys, now that the buffer has stopped growing: borrowed from it
 	// when the store copies what it keeps (and hands back keys it owns),
 	// else copied.
-	kb, borrows := l.st.(store.KeyBorrower)
+	kb, borrows := l.kb, l.kb != nil
 	from := 0
 	for j := range items {
 		if borrows {

@@ -396,7 +396,9 @@ func (l *Limit) AppendHashTag(dst []byte, desc map[string]string) []byte {
 
 // appendEscaped appends s with "%", ":" and the braces escaped (braces
 // would change a key's Redis Cluster hash slot).
-func appendEscaped(b []byte, s string) []byte { return keyesc.Append(b, s, ":{}") }
+func appendEscaped(b []byte, s string) []byte { return keyEsc.Append(b, s) }
+
+var keyEsc = keyesc.NewSet(":{}")
 
 // Cost returns the cost of a request with these descriptors: the first
 // matching cost rule's, else 1.

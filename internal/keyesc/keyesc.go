@@ -1,21 +1,37 @@
-// Package keyesc percent-encodes the bytes that separate the parts of a
-// store key, so that distinct parts never render to the same key.
+// Package keyesc escapes descriptor values into store keys: '%' and the
+// characters a key format reserves become %XX (two upper-case hex
+// digits), so that distinct values never render alike. The policy's keys,
+// the Envoy service's keys and the Redis book's request ids each escape
+// their own separators with it.
 package keyesc
 
 const hexDigits = "0123456789ABCDEF"
 
-// Append appends s to b with '%' and every byte of special written as
-// "%XX" (upper-case hex). It copies s unchanged when none occurs.
-func Append(b []byte, s, special string) []byte {
-	plain := true
-	for i := 0; i < len(s) && plain; i++ {
-		plain = s[i] != '%' && !contains(special, s[i])
+// Set is a set of bytes to escape besides '%', looked up by table.
+type Set struct{ esc [256]bool }
+
+// NewSet returns the set of '%' and the bytes of special.
+func NewSet(special string) *Set {
+	s := &Set{}
+	s.esc['%'] = true
+	for i := 0; i < len(special); i++ {
+		s.esc[special[i]] = true
 	}
-	if plain {
+	return s
+}
+
+// Append appends s to b with '%' and the set's bytes as %XX.
+func (set *Set) Append(b []byte, s string) []byte {
+	i := 0
+	for i < len(s) && !set.esc[s[i]] {
+		i++
+	}
+	if i == len(s) {
 		return append(b, s...)
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '%' || contains(special, c) {
+	b = append(b, s[:i]...)
+	for ; i < len(s); i++ {
+		if c := s[i]; set.esc[c] {
 			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
 		} else {
 			b = append(b, c)
@@ -24,11 +40,6 @@ func Append(b []byte, s, special string) []byte {
 	return b
 }
 
-func contains(s string, c byte) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return true
-		}
-	}
-	return false
-}
+// Append appends s to b with '%' and the bytes of special as %XX (a Set
+// made on each call: callers on a hot path keep a Set).
+func Append(b []byte, s, special string) []byte { return NewSet(special).Append(b, s) }

@@ -90,7 +90,7 @@ const (
 )
 
 func (b *Book) idemKey(id string) string {
-	return b.prefix + "idem:{" + string(keyesc.Append(nil, id, "{}")) + "}"
+	return b.prefix + "idem:{" + string(tagEsc.Append(nil, id)) + "}"
 }
 func (b *Book) leaseKey(id string) string { return b.prefix + "lease:{" + id + "}" }
 func (b *Book) receiptsKey() string       { return b.prefix + "receipts" }
@@ -249,3 +249,6 @@ func (b *Book) takeReceipt(ctx context.Context, id string, take bool, want strin
 
 // Dropped implements book.Book: receipts this instance dropped.
 func (b *Book) Dropped() uint64 { return b.drops.Load() }
+
+// tagEsc keeps a client's request_id from closing the key's hash tag.
+var tagEsc = keyesc.NewSet("{}")
