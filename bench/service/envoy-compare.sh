@@ -9,9 +9,10 @@
 #
 # Rows: 1, 16 and 64 clients x one hot key and 10,000 keys x units second,
 # minute and hour (descriptor keys per_* on 10,000 values, hot_* on one
-# value; limits never reached, so every request is a full decision). On the
-# hot key a third server, sluice with --lease-tokens on a redis-server of its
-# own, is a row set of its own (against the same rounds of envoy). Within a
+# value; limits never reached, so every request is a full decision). A third
+# server, sluice with --lease-tokens on a redis-server of its own, is a row
+# set of its own (against the same rounds of envoy), on the hot key and on
+# 10,000 keys. Within a
 # configuration the servers take turns, round after round, the order reversed
 # every other round (sluice, envoy, then envoy, sluice, ...).
 #
@@ -141,7 +142,7 @@ wait_tcp() { # port name pid
 }
 
 impls="sluice envoy"
-[[ $LEASE == 1 && " $KEYS " == *" 1 "* ]] && impls+=" sluice-lease"
+[[ $LEASE == 1 ]] && impls+=" sluice-lease"
 declare -A redis_port server_pid grpc_port
 for impl in $impls; do
 	free_port p
@@ -265,7 +266,7 @@ for keys in $KEYS; do
 	for unit in $UNITS; do
 		if ((keys == 1)); then key=hot_$unit; else key=per_$unit; fi
 		servers="sluice envoy"
-		((keys == 1)) && [[ $impls == *sluice-lease* ]] && servers+=" sluice-lease"
+		[[ $impls == *sluice-lease* ]] && servers+=" sluice-lease"
 		if ((WARMUP > 0)); then
 			for impl in $servers; do bench "$impl" "$key" "$keys" 16 "$WARMUP" >/dev/null; done
 		fi
