@@ -67,11 +67,11 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 	case errors.As(err, &ce):
 		// It can never be admitted: over limit, and nothing was taken.
 		resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OVER_LIMIT}
-		var rate float64
+		var rpu uint32
+		unit := rls.RateLimitResponse_RateLimit_UNKNOWN
 		if l := s.l.Policy().Limit(ce.Limit); l != nil {
-			rate = l.Bucket.Rate
+			rpu, unit = limitUnit(l.Bucket.Rate, l.Capacity(), l.Quota.Period.String())
 		}
-		rpu, unit := RateUnit(rate)
 		for range reqs {
 			resp.Statuses = append(resp.Statuses, &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OVER_LIMIT,
 				CurrentLimit: &rls.RateLimitResponse_RateLimit{Name: ce.Limit, RequestsPerUnit: rpu, Unit: unit}})
@@ -95,7 +95,7 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		all = answer.FromResult(all, r)
 		if i := answer.Tightest(all[from:]); i >= 0 {
 			b, lim := r.Limits[i], all[from+i]
-			rpu, unit := RateUnit(b.RefillPerSecond)
+			rpu, unit := limitUnit(b.RefillPerSecond, b.Capacity, b.Period)
 			st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: b.Name, RequestsPerUnit: rpu, Unit: unit}
 			st.LimitRemaining = uint32(min(max(lim.Remaining, 0), math.MaxUint32))
 			wait := lim.ResetAfter
@@ -110,6 +110,22 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: h.Policy}, {Key: "RateLimit", Value: h.RateLimit}}
 	}
 	return resp, nil
+}
+
+// limitUnit is a limit's current_limit: a calendar quota (a status with a
+// Period) is its limit per Envoy's unit of its period (DAY, WEEK, MONTH,
+// YEAR); any other limit its refill rate (RateUnit).
+func limitUnit(perSecond float64, capacity int64, period string) (uint32, rls.RateLimitResponse_RateLimit_Unit) {
+	if u, ok := quotaUnits[period]; ok {
+		return uint32(min(max(capacity, 0), math.MaxUint32)), u
+	}
+	return RateUnit(perSecond)
+}
+
+// quotaUnits are Envoy's units of the calendar periods.
+var quotaUnits = map[string]rls.RateLimitResponse_RateLimit_Unit{
+	"day": rls.RateLimitResponse_RateLimit_DAY, "week": rls.RateLimitResponse_RateLimit_WEEK,
+	"month": rls.RateLimitResponse_RateLimit_MONTH, "year": rls.RateLimitResponse_RateLimit_YEAR,
 }
 
 // envoyUnits are the units RateUnit chooses from, smallest first.

@@ -284,3 +284,72 @@ func TestOversizedRequestsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A calendar quota over gRPC: current_limit is its limit per Envoy's unit
+// of its period, the wait of a refusal the time to the period's end.
+func TestPolicyServiceQuota(t *testing.T) {
+	p, err := policy.Parse([]byte(`
+limits:
+  - name: daily
+    key: "user:{user}"
+    algorithm: quota
+    limit: 2
+    period: day
+    timezone: Europe/Berlin
+  - name: monthly
+    key: "m:{m}"
+    algorithm: quota
+    limit: 1000
+    period: month
+  - name: weekly
+    key: "w:{w}"
+    algorithm: quota
+    limit: 7
+    period: week
+  - name: yearly
+    key: "y:{y}"
+    algorithm: quota
+    limit: 9
+    period: year
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(time.Date(2026, 3, 29, 20, 0, 0, 0, time.UTC)) // 22:00 in Berlin on its 23-hour day
+	l, err := limiter.New(p, memstore.New(memstore.WithClock(clock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	gs := grpc.NewServer()
+	rls.RegisterRateLimitServiceServer(gs, envoyrls.NewPolicyService(l))
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	c := rls.NewRateLimitServiceClient(conn)
+	u := desc("user", "ann")
+	for _, want := range []struct {
+		d    *ratelimitv3.RateLimitDescriptor
+		rpu  uint32
+		unit rls.RateLimitResponse_RateLimit_Unit
+	}{{desc("w", "1"), 7, rls.RateLimitResponse_RateLimit_WEEK}, {desc("y", "1"), 9, rls.RateLimitResponse_RateLimit_YEAR},
+		{desc("m", "1"), 1000, rls.RateLimitResponse_RateLimit_MONTH}} {
+		if r := ask(t, c, "d", 0, want.d); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != want.rpu || r.Statuses[0].CurrentLimit.GetUnit() != want.unit {
+			t.Fatalf("%v: %v", want.d, r)
+		}
+	}
+	r := ask(t, c, "d", 2, u)
+	if r.OverallCode != ok || r.Statuses[0].CurrentLimit.GetName() != "daily" || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 2 ||
+		r.Statuses[0].CurrentLimit.GetUnit() != rls.RateLimitResponse_RateLimit_DAY || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("first: %v", r)
+	}
+	r = ask(t, c, "d", 0, u)
+	if r.OverallCode != over || r.Statuses[0].DurationUntilReset.AsDuration() != 2*time.Hour {
+		t.Fatalf("refused until Berlin's midnight: %v", r)
+	}
+	clock.Advance(2 * time.Hour)
+	if r := ask(t, c, "d", 0, u); r.OverallCode != ok || r.Statuses[0].CurrentLimit.GetName() != "daily" || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("a new day: %v", r)
+	}
+}

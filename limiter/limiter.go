@@ -60,9 +60,13 @@ type LimitStatus struct {
 	Allowed         bool          `json:"allowed"`
 	RetryAfter      time.Duration `json:"-"`
 	ResetAfter      time.Duration `json:"-"`
+	// Period is a quota's calendar period ("day", "week", "month",
+	// "year"); empty for other kinds.
+	Period string `json:"period,omitempty"`
 	// Window is the span a limit's capacity covers where it is not the
 	// refill time: a window limit's length, an in-flight cap's lease_ttl
-	// (the longest a slot stays taken); 0 for token buckets.
+	// (the longest a slot stays taken), a quota's nominal period
+	// (policy.Limit.Span); 0 for token buckets.
 	Window time.Duration `json:"-"`
 }
 
@@ -311,8 +315,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		status:   make([]LimitStatus, len(p.Limits)), conc: make([]bool, len(p.Limits))}
 	old := l.compiled.Load()
 	for i, lim := range p.Limits {
-		c.status[i] = LimitStatus{Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-			RefillPerSecond: lim.Bucket.Rate, Window: lim.Window.Window + lim.LeaseTTL}
+		c.status[i] = statusOf(lim)
 		c.conc[i] = lim.Kind == policy.Concurrency
 		for r, result := range []string{"admitted", "rejected"} {
 			for a, attempt := range []string{"original", "retry"} {
@@ -360,7 +363,7 @@ func keyPrefix(name string, sp *store.Spec) string {
 
 func sameLimit(a, b *policy.Limit) bool {
 	return a.Kind == b.Kind && a.Key == b.Key && a.Bucket == b.Bucket && a.Window == b.Window &&
-		a.MaxInFlight == b.MaxInFlight && a.LeaseTTL == b.LeaseTTL && a.OnStoreError == b.OnStoreError
+		a.MaxInFlight == b.MaxInFlight && a.LeaseTTL == b.LeaseTTL && a.Quota == b.Quota && a.OnStoreError == b.OnStoreError
 }
 
 func specOf(lim *policy.Limit) (*store.Spec, error) {
@@ -371,22 +374,16 @@ func specOf(lim *policy.Limit) (*store.Spec, error) {
 	return sp, err
 }
 
-func kindSpec(lim *policy.Limit) (*store.Spec, error) {
-	switch lim.Kind {
-	case policy.TokenBucket:
-		return store.NewBucketSpec(lim.Bucket)
-	case policy.SlidingWindow, policy.FixedWindow:
-		if err := lim.Window.Validate(); err != nil {
-			return nil, err
-		}
-		kind := store.SlidingWindow
-		if lim.Kind == policy.FixedWindow {
-			kind = store.FixedWindow
-		}
-		return &store.Spec{Kind: kind, Window: lim.Window}, nil
-	default:
-		return &store.Spec{Kind: store.Concurrency, MaxInFlight: lim.MaxInFlight, LeaseTTL: lim.LeaseTTL}, nil
+func kindSpec(lim *policy.Limit) (*store.Spec, error) { return store.NewSpec(lim.StoreLimit()) }
+
+// statusOf is a limit's status before a decision: what it is.
+func statusOf(lim *policy.Limit) LimitStatus {
+	st := LimitStatus{Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
+		RefillPerSecond: lim.Bucket.Rate, Window: lim.Span()}
+	if lim.Kind == policy.Quota {
+		st.Period = lim.Quota.Period.String()
 	}
+	return st
 }
 
 // Check decides req: it takes the request's cost from every applicable
@@ -541,7 +538,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	}
 	if res.Allowed && !req.Peek && req.Receipt {
 		for i := range items {
-			if it := &items[i]; it.Spec.Kind != store.Concurrency && it.Cost > 0 {
+			if it := &items[i]; !it.Spec.HoldsSlots() && it.Cost > 0 {
 				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
 				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
 			}
@@ -725,10 +722,9 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 				return ManyResult{}, &CostError{Limit: lim.Name, Cost: items[j].Cost, Capacity: lim.Capacity()}
 			}
 			refs[r] = append(refs[r], j)
-			out.Results[r].Limits = append(out.Results[r].Limits, LimitStatus{
-				Name: lim.Name, Key: key, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-				RefillPerSecond: lim.Bucket.Rate, TokenCost: itemCost, Window: lim.Window.Window + lim.LeaseTTL,
-			})
+			st := statusOf(lim)
+			st.Key, st.TokenCost = key, itemCost
+			out.Results[r].Limits = append(out.Results[r].Limits, st)
 		}
 	}
 	if len(items) > 0 {

@@ -52,41 +52,30 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/keyesc"
+	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/window"
 )
 
-// Kind is what a limit counts.
-type Kind int
+// Kind is what a limit counts: the one kind type, store.Kind.
+type Kind = store.Kind
 
+// The kinds of limit (store's constants).
 const (
 	// TokenBucket is a token bucket (capacity, refill).
-	TokenBucket Kind = iota
+	TokenBucket = store.TokenBucket
 	// SlidingWindow is a sliding-window counter (limit per window).
-	SlidingWindow
+	SlidingWindow = store.SlidingWindow
 	// FixedWindow is a fixed-window counter (limit per window, reset at each
 	// boundary): kept as a baseline, it admits up to twice its limit across
 	// a boundary.
-	FixedWindow
+	FixedWindow = store.FixedWindow
 	// Concurrency caps requests held at once (max_in_flight, lease_ttl).
-	Concurrency
+	Concurrency = store.Concurrency
+	// Quota is a calendar quota (limit per day, week, month or year in a
+	// time zone).
+	Quota = store.Quota
 )
-
-// String returns the kind's algorithm name ("token_bucket",
-// "sliding_window", "fixed_window", "concurrency"), which ParseKind parses
-// back; "unknown" for a value that is no Kind constant.
-func (k Kind) String() string {
-	switch k {
-	case TokenBucket:
-		return "token_bucket"
-	case SlidingWindow:
-		return "sliding_window"
-	case FixedWindow:
-		return "fixed_window"
-	case Concurrency:
-		return "concurrency"
-	}
-	return "unknown"
-}
 
 // Limit is one limit of a policy.
 type Limit struct {
@@ -99,6 +88,7 @@ type Limit struct {
 	Window      window.Limit  // SlidingWindow: limit per window
 	MaxInFlight int64         // Concurrency
 	LeaseTTL    time.Duration // Concurrency: a lease not released expires after this
+	Quota       quota.Limit   // Quota: limit per calendar period in a zone
 
 	// HashTag is a template like Key ("{tenant}") whose rendering becomes
 	// the Redis Cluster hash tag of the limit's keys: limits whose tags
@@ -120,16 +110,33 @@ type Limit struct {
 }
 
 // Capacity is the largest cost one request can have under l: the bucket's
-// capacity or the window's limit. A concurrency limit counts requests, not
-// cost (each holds one slot), so its capacity is its max_in_flight.
+// capacity, the window's or the quota's limit. A concurrency limit counts
+// requests, not cost (each holds one slot), so its capacity is its
+// max_in_flight.
 func (l *Limit) Capacity() int64 {
+	sl := l.StoreLimit()
+	return sl.Capacity()
+}
+
+// StoreLimit is l's kind and the fields of that kind, as store.NewSpec
+// compiles them.
+func (l *Limit) StoreLimit() store.Limit {
+	return store.Limit{Kind: l.Kind, Bucket: l.Bucket, Window: l.Window, MaxInFlight: l.MaxInFlight, LeaseTTL: l.LeaseTTL, Quota: l.Quota}
+}
+
+// Span is the time a limit's capacity covers where it is not the refill
+// time: a window's length, a concurrency limit's lease_ttl, a quota's
+// nominal period (quota.Period.Nominal); 0 for token buckets.
+func (l *Limit) Span() time.Duration {
 	switch l.Kind {
-	case TokenBucket:
-		return l.Bucket.Capacity
 	case SlidingWindow, FixedWindow:
-		return l.Window.Limit
+		return l.Window.Window
+	case Concurrency:
+		return l.LeaseTTL
+	case Quota:
+		return l.Quota.Period.Nominal()
 	}
-	return l.MaxInFlight
+	return 0
 }
 
 // Placeholders returns the descriptor names the key template uses.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/suggest"
+	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/window"
 )
 
@@ -164,28 +166,20 @@ var kindDefs = [...]kindDef{
 	SlidingWindow: {[]string{"limit", "window"}, parseWindow},
 	FixedWindow:   {[]string{"limit", "window"}, parseWindow},
 	Concurrency:   {[]string{"max_in_flight", "lease_ttl"}, parseConcurrency},
+	Quota:         {[]string{"limit", "period", "timezone"}, parseQuota},
 }
 
 // commonFields are the fields every kind of limit takes.
 var commonFields = []string{"name", "key", "when", "algorithm", "hash_tag", "on_store_error"}
 
-// ParseKind returns the Kind whose String is s: "token_bucket",
-// "sliding_window", "fixed_window" or "concurrency". ParseKind(k.String())
-// is k for every Kind constant; any other s is an error naming it.
-func ParseKind(s string) (Kind, error) {
-	for k := range Kind(len(kindDefs)) {
-		if k.String() == s {
-			return k, nil
-		}
-	}
-	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, sliding_window, fixed_window or concurrency)", s)
-}
+// ParseKind returns the Kind whose String is s (store.ParseKind).
+func ParseKind(s string) (Kind, error) { return store.ParseKind(s) }
 
-// kindNames are the Kinds' names, in Kind order.
+// kindNames are the Kinds' names, in the order they are listed.
 func kindNames() []string {
-	names := make([]string, len(kindDefs))
-	for k := range names {
-		names[k] = Kind(k).String()
+	var names []string
+	for _, k := range store.Kinds() {
+		names = append(names, k.String())
 	}
 	return names
 }
@@ -452,13 +446,17 @@ func (f *limitFields) unknownFields(k Kind, known bool) {
 // take it, else the nearest field k takes.
 func kindFieldHint(field string, k Kind) string {
 	var owners []string
-	for o, d := range kindDefs {
-		if slices.Contains(d.fields, field) {
-			owners = append(owners, Kind(o).String())
+	for _, o := range store.Kinds() {
+		if slices.Contains(kindDefs[o].fields, field) {
+			owners = append(owners, o.String())
 		}
 	}
 	if len(owners) > 0 {
-		return fmt.Sprintf(" (it is a field of %s limits)", strings.Join(owners, " and "))
+		list := owners[0]
+		if n := len(owners); n > 1 {
+			list = strings.Join(owners[:n-1], ", ") + " and " + owners[n-1]
+		}
+		return fmt.Sprintf(" (it is a field of %s limits)", list)
 	}
 	return suggest.DidYouMean(field, commonFields, kindDefs[k].fields)
 }
@@ -570,6 +568,50 @@ func parseConcurrency(f *limitFields, l *Limit) {
 	if okM && okT {
 		l.MaxInFlight, l.LeaseTTL = m, ttl
 	}
+}
+
+// parseQuota validates a calendar quota: limit per period (day, week,
+// month, year) in timezone (an IANA name; UTC when omitted).
+func parseQuota(f *limitFields, l *Limit) {
+	n, okN := f.atLeastOne("limit")
+	var q quota.Limit
+	okP := false
+	if s, ok := f.str("period"); !ok && !f.has("period") {
+		f.bad("period", "missing period (day, week, month or year)")
+	} else if ok {
+		periods := []string{"day", "week", "month", "year"}
+		if p, err := quota.ParsePeriod(s); err == nil {
+			q.Period, okP = p, true
+		} else {
+			f.bad("period", "unknown period %q (want day, week, month or year)%s", s, suggest.DidYouMean(s, periods))
+		}
+	}
+	okZ := true
+	q.Location = time.UTC
+	if s, ok := f.str("timezone"); ok {
+		loc, err := loadZone(s)
+		if err != nil {
+			f.bad("timezone", "unknown time zone %q (want an IANA name such as Europe/Berlin, or UTC)", s)
+			okZ = false
+		} else {
+			q.Location = loc
+		}
+	} else if f.has("timezone") {
+		okZ = false
+	}
+	if okN && okP && okZ {
+		q.Limit = n
+		l.Quota = q
+	}
+}
+
+// loadZone is time.LoadLocation, refusing "Local" and "" (a policy's
+// meaning must not depend on the machine it runs on).
+func loadZone(s string) (*time.Location, error) {
+	if s == "" || s == "Local" {
+		return nil, fmt.Errorf("zone %q depends on the machine", s)
+	}
+	return time.LoadLocation(s)
 }
 
 // stringMap validates a mapping of descriptor: value; with names, each

@@ -65,6 +65,12 @@ func TestEveryProblemReported(t *testing.T) {
 		{"concurrency",
 			"limits:\n  - name: c\n    key: x\n    max_in_flight: 0\n    lease_ttl: -1s\n",
 			[]where{{4, 20, "c", "max_in_flight"}, {5, 16, "c", "lease_ttl"}}},
+		{"quota period and zone",
+			"limits:\n  - name: q\n    key: x\n    algorithm: quota\n    limit: 0\n    period: fortnight\n    timezone: Mars/Olympus\n",
+			[]where{{5, 12, "q", "limit"}, {6, 13, "q", "period"}, {7, 15, "q", "timezone"}}},
+		{"quota missing limit and period",
+			"limits:\n  - name: q\n    key: x\n    algorithm: quota\n    timezone: Local\n",
+			[]where{{2, 5, "q", "limit"}, {2, 5, "q", "period"}, {5, 15, "q", "timezone"}}},
 		{"common fields and kind fields",
 			"limits:\n  - name: \"a b\"\n    key: \"t:{\"\n    on_store_error: shrug\n    capacity: 0\n    refill_per_second: 1\n",
 			[]where{{2, 11, "a b", "name"}, {3, 10, "a b", "key"}, {4, 21, "a b", "on_store_error"}, {5, 15, "a b", "capacity"}}},
@@ -219,7 +225,7 @@ func TestUnknownFieldSuggestion(t *testing.T) {
 		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, lease_ttl: 1s}\n":                                 `field "lease_ttl": unknown field for a token_bucket limit (it is a field of concurrency limits)`,
 		"limits:\n  - {name: a, key: x, algorithm: leaky, limit: 1, window: 1m, capactiy: 1}\n":                     `field "capactiy": unknown field (did you mean capacity?)`,
 		"limits:\n  - {name: a, key: x, algorithm: slidng_window, limit: 1, window: 1m}\n":                          `field "algorithm": unknown algorithm "slidng_window" (did you mean sliding_window?)`,
-		"limits:\n  - {name: a, key: x, algorithm: leaky, limit: 1, window: 1m}\n":                                  `field "algorithm": unknown algorithm "leaky" (want token_bucket, sliding_window, fixed_window or concurrency)`,
+		"limits:\n  - {name: a, key: x, algorithm: leaky, limit: 1, window: 1m}\n":                                  `field "algorithm": unknown algorithm "leaky" (want token_bucket, sliding_window, fixed_window, concurrency or quota)`,
 		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, on_store_error: fail-open}\n":                     `field "on_store_error": "fail-open" is not fail_open, fail_closed or local (did you mean fail_open?)`,
 		"limts:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                                 `field "limts": unknown field (did you mean limits?)`,
 		"LIMITS: []\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                    `field "LIMITS": unknown field (did you mean limits?)`,
@@ -255,5 +261,37 @@ func TestManyFieldsLinear(t *testing.T) {
 	var es policy.Errors
 	if !errors.As(err, &es) || len(es) < 70_000 {
 		t.Fatalf("want an unknown-field error per field, got %d", len(es))
+	}
+}
+
+// A calendar quota parses with its period and zone (UTC by default), and
+// its kind's fields only.
+func TestQuotaLimit(t *testing.T) {
+	p, err := policy.Parse([]byte(`limits:
+  - name: monthly_tokens
+    key: "tenant:{tenant}"
+    algorithm: quota
+    limit: 1000000
+    period: month
+    timezone: Europe/Berlin
+  - name: daily
+    key: "user:{user}"
+    algorithm: quota
+    limit: 10000
+    period: day
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, d := p.Limit("monthly_tokens"), p.Limit("daily")
+	if m.Kind != policy.Quota || m.Quota.Limit != 1000000 || m.Quota.Period.String() != "month" || m.Quota.Zone() != "Europe/Berlin" || m.Capacity() != 1000000 {
+		t.Fatalf("monthly: %+v", m)
+	}
+	if d.Quota.Zone() != "UTC" || d.Quota.Period.String() != "day" || d.Span() != 24*time.Hour {
+		t.Fatalf("daily: %+v", d)
+	}
+	_, err = policy.Parse([]byte("limits:\n  - {name: q, key: x, algorithm: quota, limit: 1, period: day, window: 1m}\n"))
+	if err == nil || !strings.Contains(err.Error(), `field "window": unknown field for a quota limit (it is a field of sliding_window and fixed_window limits)`) {
+		t.Fatalf("window on a quota: %v", err)
 	}
 }

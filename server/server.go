@@ -359,6 +359,8 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 		Refill    float64           `json:"refill_per_second,omitempty"`
 		Window    string            `json:"window,omitempty"`
 		LeaseTTL  string            `json:"lease_ttl,omitempty"`
+		Period    string            `json:"period,omitempty"`
+		Timezone  string            `json:"timezone,omitempty"`
 		// OnStoreError is the limit's own on_store_error (absent: the
 		// server's --on-store-error).
 		OnStoreError string `json:"on_store_error,omitempty"`
@@ -377,6 +379,8 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 			x.Window = l.Window.Window.String()
 		case policy.Concurrency:
 			x.LeaseTTL = l.LeaseTTL.String()
+		case policy.Quota:
+			x.Period, x.Timezone = l.Quota.Period.String(), l.Quota.Zone()
 		}
 		out.Limits = append(out.Limits, x)
 	}

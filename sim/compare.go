@@ -8,24 +8,24 @@ import (
 	"github.com/sluicehq/sluice/window"
 )
 
-// Algorithms are the names --compare accepts.
-var Algorithms = []string{"token_bucket", "sliding_window", "fixed_window"}
+// Algorithms are the names --compare accepts: the kinds a limit can be
+// counted by instead of another.
+var Algorithms = []string{policy.TokenBucket.String(), policy.SlidingWindow.String(), policy.FixedWindow.String()}
+
+// convertible reports whether As counts limits of kind k by another
+// algorithm (in-flight caps and calendar quotas are kept as they are).
+func convertible(k policy.Kind) bool {
+	return k == policy.TokenBucket || k == policy.SlidingWindow || k == policy.FixedWindow
+}
 
 // As returns p with every token-bucket and window limit counted by
 // algorithm instead, at the same capacity and rate: a token bucket (B, r)
 // becomes a window of B per B/r seconds (the time to refill B), and a
 // window (N per W) becomes a bucket of capacity N refilled at N/W per
-// second. Concurrency limits are kept.
+// second. Concurrency limits and quotas are kept.
 func As(p *policy.Policy, algorithm string) (*policy.Policy, error) {
-	var kind policy.Kind
-	switch algorithm {
-	case "token_bucket":
-		kind = policy.TokenBucket
-	case "sliding_window":
-		kind = policy.SlidingWindow
-	case "fixed_window":
-		kind = policy.FixedWindow
-	default:
+	kind, err := policy.ParseKind(algorithm)
+	if err != nil || !convertible(kind) {
 		return nil, fmt.Errorf("unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", algorithm)
 	}
 	q := *p
@@ -33,7 +33,7 @@ func As(p *policy.Policy, algorithm string) (*policy.Policy, error) {
 	for i, l := range p.Limits {
 		c := *l
 		switch {
-		case l.Kind == policy.Concurrency || l.Kind == kind:
+		case !convertible(l.Kind) || l.Kind == kind:
 		case kind == policy.TokenBucket:
 			c.Bucket.Capacity = l.Window.Limit
 			c.Bucket.Rate = float64(l.Window.Limit) / l.Window.Window.Seconds()
@@ -47,7 +47,7 @@ func As(p *policy.Policy, algorithm string) (*policy.Policy, error) {
 				return nil, fmt.Errorf("limit %q as %s: %w", l.Name, algorithm, err)
 			}
 		}
-		if l.Kind != policy.Concurrency {
+		if convertible(l.Kind) {
 			c.Kind = kind
 		}
 		q.Limits[i] = &c

@@ -123,10 +123,16 @@ type Summary struct {
 	AdmittedPerSecond []int          `json:"-"`
 }
 
-var epoch = time.Unix(1_800_000_000, 0) // virtual time 0, aligned to whole days
+// Run replays evs against p on virtual time, time zero at the Unix epoch
+// (RunFrom with time.Unix(0, 0)).
+func Run(p *policy.Policy, evs []Event) (*Report, error) { return RunFrom(p, evs, time.Unix(0, 0)) }
 
-// Run replays evs against p on virtual time.
-func Run(p *policy.Policy, evs []Event) (*Report, error) {
+// RunFrom replays evs against p on virtual time whose zero is start on the
+// calendar: windows (aligned to the Unix epoch) and calendar quotas meet
+// their boundaries where start places them. The outcomes' T stays
+// relative to start.
+func RunFrom(p *policy.Policy, evs []Event, start time.Time) (*Report, error) {
+	epoch := start
 	clock := sluice.NewManualClock(epoch)
 	st := memstore.New(memstore.WithClock(clock))
 	defer st.Close()

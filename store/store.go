@@ -15,28 +15,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/window"
-)
-
-// Kind is what a limit counts.
-type Kind uint8
-
-const (
-	// TokenBucket: Spec.Bucket.
-	TokenBucket Kind = iota
-	// SlidingWindow: Spec.Window.
-	SlidingWindow
-	// Concurrency: Spec.MaxInFlight leases held at once, each expiring
-	// after Spec.LeaseTTL unless released.
-	Concurrency
-	// FixedWindow: Spec.Window, reset at each boundary (a baseline).
-	FixedWindow
 )
 
 // Spec is a limit as a store sees it. Specs are immutable and shared; a
@@ -47,6 +31,7 @@ type Spec struct {
 	Window      window.Limit
 	MaxInFlight int64
 	LeaseTTL    time.Duration
+	Quota       quota.Limit
 	// OnStoreError is what a store that can fail (store/failover) does for
 	// this limit when its backend is unreachable: "fail_open",
 	// "fail_closed" or "local"; empty means the store's default.
@@ -62,36 +47,6 @@ func NewBucketSpec(l bucket.Limit) (*Spec, error) {
 		return nil, err
 	}
 	return &Spec{Kind: TokenBucket, Bucket: p}, nil
-}
-
-// StateTag is the part of s that gives a stored state its meaning: a token
-// bucket's unit (its state counts units of it), a window's length (its
-// state counts windows of it); empty for in-flight limits, whose state
-// (live slots) means the same under any spec. Keys of specs with
-// different tags must differ (the limiter and the Envoy service put the
-// tag in the key), so that a changed limit never reads a state written in
-// other units: it starts anew instead. A change that keeps the tag (a
-// token bucket's rate or capacity within the same unit, a window's limit)
-// keeps the state, counted against the new limit.
-func (s *Spec) StateTag() string {
-	switch s.Kind {
-	case TokenBucket:
-		return "u" + strconv.FormatInt(s.Bucket.Unit(), 36)
-	case SlidingWindow, FixedWindow:
-		return "w" + strconv.FormatInt(int64(s.Window.Window), 36)
-	}
-	return ""
-}
-
-// Capacity is the largest cost an item under s can have.
-func (s *Spec) Capacity() int64 {
-	switch s.Kind {
-	case TokenBucket:
-		return s.Bucket.Limit().Capacity
-	case SlidingWindow, FixedWindow:
-		return s.Window.Limit
-	}
-	return s.MaxInFlight
 }
 
 // Item is one bucket a request needs: its full key (unique per limit), its
@@ -225,28 +180,6 @@ func (e *FullError) Error() string {
 // Unwrap returns ErrFull.
 func (e *FullError) Unwrap() error { return ErrFull }
 
-// BucketState brings a keyed token bucket's state (tat, origin, phase) to
-// time d (ns in the store's time base): a new or full bucket restarts at
-// origin d (a full bucket equals a new one), and a state that has run past
-// MaxElapsed is rebased exactly. A time before the origin (a stale reading)
-// counts as the origin. Every store applies it, so they decide alike.
-func BucketState(p *bucket.Params, tat, origin int64, phase uint64, exists bool, d int64) (int64, int64, uint64) {
-	if !exists {
-		return 0, d, 0
-	}
-	if d < origin {
-		d = origin
-	}
-	for d-origin > p.MaxElapsed() {
-		nt, applied, ph := p.Rebase(tat, bucket.Instant{Elapsed: d - origin, Phase: phase})
-		tat, origin, phase = nt, origin+applied, ph
-	}
-	if tat <= p.Units(bucket.Instant{Elapsed: d - origin, Phase: phase}) {
-		return 0, d, 0 // full: the same as new
-	}
-	return tat, origin, phase
-}
-
 // Validate checks items as Take must: each has a key and a spec, a cost
 // within 0..Spec.Capacity() (any cost >= 0 for Concurrency), and keys are
 // distinct. The error matches ErrInvalidItem.
@@ -257,7 +190,7 @@ func Validate(items []Item) error {
 			return fmt.Errorf("%w: item %d has no key or no spec", ErrInvalidItem, i)
 		case it.Cost < 0:
 			return fmt.Errorf("%w: %w", ErrInvalidItem, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", it.Cost))
-		case it.Spec.Kind != Concurrency && it.Cost > it.Spec.Capacity():
+		case !it.Spec.HoldsSlots() && it.Cost > it.Spec.Capacity():
 			return fmt.Errorf("%w: %w", ErrInvalidItem, sluice.Errorf(sluice.ErrCostExceedsCapacity, "cost %d exceeds capacity %d", it.Cost, it.Spec.Capacity()))
 		}
 		for _, prev := range items[:i] {
@@ -267,22 +200,4 @@ func Validate(items []Item) error {
 		}
 	}
 	return nil
-}
-
-// RefundBefore is the time (the store's clock, Unix ns) until which an
-// admitted item's cost can be returned exactly: a token bucket's until its
-// tokens refill (now + its reset, saturating), a window's until the window
-// ends; 0 for other kinds. Every store reports it by this rule.
-func RefundBefore(sp *Spec, now int64, reset time.Duration) int64 {
-	switch sp.Kind {
-	case TokenBucket:
-		if int64(reset) > math.MaxInt64-now {
-			return math.MaxInt64
-		}
-		return now + int64(reset)
-	case SlidingWindow, FixedWindow:
-		w := int64(sp.Window.Window)
-		return now + w - ((now%w)+w)%w
-	}
-	return 0
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	_ "time/tzdata" // calendar quotas' zones, also in a container without a tz database
 
 	"github.com/alecthomas/kong"
 )

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ type simulateCmd struct {
 	Plot    string `help:"Draw offered vs admitted requests per second and tokens remaining to this .png or .svg file."`
 	Compare string `help:"Replay under each of these algorithms (comma-separated: token_bucket,sliding_window,fixed_window) at the same capacity and rate, and plot them side by side."`
 	Out     string `help:"Write the output (outcomes, or a generated trace) to this file instead of stdout." type:"path"`
+	Start   string `help:"Place the trace's time zero on the calendar (RFC 3339, e.g. 2026-03-28T12:00:00+01:00), so that calendar quotas and windows meet real boundaries; outcomes' t stays relative to it." default:"1970-01-01T00:00:00Z"`
 
 	Generate   string            `placeholder:"KIND" help:"Write an example trace instead of simulating: KIND is pulse, steady or burst."`
 	N          int               `help:"pulse: requests at t=0; burst: requests per burst." default:"1000"`
@@ -43,6 +45,9 @@ func (c simulateCmd) Validate() error {
 	default:
 		return fmt.Errorf("--generate %q: want pulse, steady or burst", c.Generate)
 	}
+	if _, err := time.Parse(time.RFC3339Nano, c.Start); err != nil {
+		return fmt.Errorf("--start %q: want an RFC 3339 time such as 2026-03-28T12:00:00+01:00", c.Start)
+	}
 	if c.MaxWait < 0 {
 		return fmt.Errorf("--max-wait %v: must be 0 (no waiting) or more", c.MaxWait)
 	}
@@ -51,9 +56,7 @@ func (c simulateCmd) Validate() error {
 	}
 	if c.Compare != "" {
 		for _, a := range strings.Split(c.Compare, ",") {
-			switch strings.TrimSpace(a) {
-			case "token_bucket", "sliding_window", "fixed_window":
-			default:
+			if !slices.Contains(sim.Algorithms, strings.TrimSpace(a)) {
 				return fmt.Errorf("--compare: unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", strings.TrimSpace(a))
 			}
 		}
@@ -99,7 +102,8 @@ func (c simulateCmd) Run(e *env) error {
 			}
 			name = a
 		}
-		rep, err := sim.Run(pp, evs)
+		start, _ := time.Parse(time.RFC3339Nano, c.Start) // (checked by Validate)
+		rep, err := sim.RunFrom(pp, evs, start)
 		if err != nil {
 			return err
 		}

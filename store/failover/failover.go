@@ -35,7 +35,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memstore"
 )
@@ -220,7 +219,7 @@ func (s *Store) fallback(ctx context.Context, items []store.Item, cause error) (
 		}
 		s.fallbacks.WithLabelValues(Local).Inc()
 		sp := s.scale(it.Spec)
-		if it.Spec.Kind != store.Concurrency && it.Cost > sp.Capacity() {
+		if !it.Spec.HoldsSlots() && it.Cost > sp.Capacity() {
 			// More than this instance's share can ever hold.
 			it.Decision = sluice.Decision{}
 			res.Allowed = false
@@ -260,22 +259,8 @@ func (s *Store) scale(sp *store.Spec) *store.Spec {
 	if v, ok := s.scaled.Load(sp); ok {
 		return v.(*store.Spec)
 	}
-	n := int64(s.cfg.Instances)
-	out := *sp
-	switch sp.Kind {
-	case store.TokenBucket:
-		l := sp.Bucket.Limit()
-		l.Capacity = max(l.Capacity/n, 1)
-		l.Rate /= float64(n)
-		if p, err := bucket.Compile(l); err == nil {
-			out.Bucket = p
-		}
-	case store.SlidingWindow, store.FixedWindow:
-		out.Window.Limit = max(sp.Window.Limit/n, 1)
-	case store.Concurrency:
-		out.MaxInFlight = max(sp.MaxInFlight/n, 1)
-	}
-	v, _ := s.scaled.LoadOrStore(sp, &out)
+	out := sp.Scaled(int64(s.cfg.Instances))
+	v, _ := s.scaled.LoadOrStore(sp, out)
 	return v.(*store.Spec)
 }
 

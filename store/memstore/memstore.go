@@ -58,9 +58,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/window"
 )
 
 // DefaultMaxKeys is the key cap unless WithMaxKeys sets another.
@@ -146,9 +144,12 @@ type shard struct {
 // entry is a key's state: for a token bucket (tat, origin, phase), for a
 // sliding window (index, prev, curr); idle is the time (ns since t0) from
 // which the state equals a new key's.
+// entry is a key's state (its meaning is its spec's kind's: see
+// store.State) and the time (ns since t0) from which the state is new again
+// (the key is idle and can be evicted).
 type entry struct {
-	a, b, c int64
-	idle    int64
+	st   store.State
+	idle int64
 }
 
 type slots struct {
@@ -338,7 +339,7 @@ func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Resu
 	for i := range items {
 		it := &items[i]
 		shd := &s.shards[itemShard[i]]
-		if it.Spec.Kind == store.Concurrency {
+		if it.Spec.HoldsSlots() {
 			if borrowed {
 				ownKey(it, nil)
 			}
@@ -415,7 +416,7 @@ func (s *Store) roomFor(r *room, items []store.Item, ents []*tentry, itemShard, 
 	shd := &s.shards[itemShard[len(items)-1]]
 	for {
 		need, inTables := s.keysNeeded(items, ents, itemShard)
-		tableRoom := last.Spec.Kind == store.Concurrency || shd.m.n+inTables <= maxEntries
+		tableRoom := last.Spec.HoldsSlots() || shd.m.n+inTables <= maxEntries
 		if r.held < need {
 			r.held += s.reserve(need - r.held)
 		}
@@ -444,7 +445,7 @@ func (s *Store) keysNeeded(items []store.Item, ents []*tentry, itemShard []int) 
 		if it.Cost == 0 || !it.Decision.Allowed {
 			continue
 		}
-		if it.Spec.Kind == store.Concurrency {
+		if it.Spec.HoldsSlots() {
 			if s.shards[itemShard[j]].leases[it.Key] == nil {
 				need++
 			}
@@ -460,7 +461,7 @@ func (s *Store) keysNeeded(items []store.Item, ents []*tentry, itemShard []int) 
 // key finds no room in the cap nor in the shard.
 func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borrowed bool) (store.Result, error) {
 	res := store.Result{Allowed: true}
-	if it.Spec.Kind == store.Concurrency {
+	if it.Spec.HoldsSlots() {
 		var sl *slots
 		it.Decision, sl = s.peekSlots(shd, *it, d)
 		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 && sl == nil && !s.room1(shd, d, false) {
@@ -568,7 +569,7 @@ func (shd *shard) noteIdle(t int64) {
 // request whose other items refused: e is its entry (nil: none).
 func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice.Decision {
 	it.Cost = 0
-	if it.Spec.Kind == store.Concurrency {
+	if it.Spec.HoldsSlots() {
 		dec, _ := s.peekSlots(shd, it, d)
 		return dec
 	}
@@ -654,7 +655,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	wall = s.wall(wall, d)
 	var err error
 	for _, a := range adj {
-		if a.Spec == nil || a.Key == "" || a.Spec.Kind == store.Concurrency || a.Delta == 0 {
+		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || a.Delta == 0 {
 			continue
 		}
 		if a.Delta < 0 && wall >= a.RefundBefore {
@@ -703,75 +704,23 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64)
 	return true
 }
 
+// adjustEntry applies a to the key's state e (exists tells whether it
+// had one) by the kind's rule.
 func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
-	sp := a.Spec
-	switch sp.Kind {
-	case store.TokenBucket:
-		p := &sp.Bucket
-		tat, origin, phase := store.BucketState(p, e.a, e.b, uint64(e.c), exists, d)
-		at := bucket.Instant{Elapsed: d - origin, Phase: phase}
-		if a.Delta < 0 {
-			tat = p.Refund(tat, -a.Delta)
-		} else {
-			tat = p.Charge(tat, at, a.Delta)
-		}
-		e.a, e.b, e.c = tat, origin, int64(phase)
-		_, dec := p.Step(tat, at, 0)
-		e.idle = idleAt(d, int64(dec.ResetAfter))
-	case store.SlidingWindow, store.FixedWindow:
-		idx := wall / int64(sp.Window.Window)
-		if e.a != idx {
-			if a.Delta < 0 {
-				return
-			}
-			// A later window: count the charge in it (the window math
-			// moves the old count to "previous" on the next decision).
-			st := window.SlidingState{Index: e.a, Prev: e.b, Curr: e.c}
-			st, _ = sp.Window.Sliding(st, wall, 0)
-			if sp.Kind == store.FixedWindow {
-				st = window.SlidingState{Index: idx}
-			}
-			e.a, e.b, e.c = st.Index, st.Prev, st.Curr
-		}
-		cnt := &e.c
-		if sp.Kind == store.FixedWindow {
-			cnt = &e.b
-		}
-		*cnt = max(*cnt+a.Delta, 0)
-		// The idle time exactly, as step sets it: a later take must not
-		// find it earlier (see noteIdle).
-		var dec sluice.Decision
-		if sp.Kind == store.FixedWindow {
-			_, dec = sp.Window.Fixed(window.FixedState{Index: e.a, Count: e.b}, wall, 0)
-		} else {
-			_, dec = sp.Window.Sliding(window.SlidingState{Index: e.a, Prev: e.b, Curr: e.c}, wall, 0)
-		}
-		e.idle = idleAt(d, int64(dec.ResetAfter))
+	st, dec, ok := a.Spec.Adjust(e.st, exists, store.Now{Mono: d, Wall: wall}, a.Delta)
+	if !ok {
+		return
 	}
+	// The idle time exactly, as step sets it: a later take must not find
+	// it earlier (see noteIdle).
+	e.st, e.idle = st, idleAt(d, int64(dec.ResetAfter))
 }
 
-// step applies it to the key's state e (exists tells whether there is one).
+// step applies it to the key's state e (exists tells whether there is one)
+// by the kind's rule.
 func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
-	sp := it.Spec
-	if sp.Kind == store.FixedWindow {
-		st := window.FixedState{Index: math.MinInt64}
-		if exists {
-			st = window.FixedState{Index: e.a, Count: e.b}
-		}
-		st, dec := sp.Window.Fixed(st, wall, it.Cost)
-		return entry{a: st.Index, b: st.Count, idle: idleAt(d, int64(dec.ResetAfter))}, dec
-	}
-	if sp.Kind == store.SlidingWindow {
-		st := window.SlidingState{Index: math.MinInt64}
-		if exists {
-			st = window.SlidingState{Index: e.a, Prev: e.b, Curr: e.c}
-		}
-		st, dec := sp.Window.Sliding(st, wall, it.Cost)
-		return entry{a: st.Index, b: st.Prev, c: st.Curr, idle: idleAt(d, int64(dec.ResetAfter))}, dec
-	}
-	tat, origin, phase := store.BucketState(&sp.Bucket, e.a, e.b, uint64(e.c), exists, d)
-	nt, dec := sp.Bucket.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, it.Cost)
-	return entry{a: nt, b: origin, c: int64(phase), idle: idleAt(d, int64(dec.ResetAfter))}, dec
+	st, dec := it.Spec.Step(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost)
+	return entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}, dec
 }
 
 // idleAt is d + wait, saturating: a bucket deep in debt reports waits near

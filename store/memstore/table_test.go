@@ -5,6 +5,8 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sluicehq/sluice/store"
 )
 
 // The table against a Go map on random inserts, lookups, deletions (by
@@ -31,24 +33,24 @@ func checkTable(t *testing.T, rng *rand.Rand, ops, keys int) {
 		case r < 5: // lookup, insert when absent
 			e := tb.get(h, k)
 			v, ok := ref[k]
-			if (e != nil) != ok || (ok && e.a != v) {
+			if (e != nil) != ok || (ok && e.st[0] != v) {
 				t.Fatalf("op %d get %s: table %v, map %v %v", op, k, e, v, ok)
 			}
 			if e == nil {
 				v = int64(op)
-				if tb.insert(h, k, entry{a: v}) == nil {
+				if tb.insert(h, k, entry{st: store.State{v}}) == nil {
 					t.Fatal("insert failed")
 				}
 				ref[k] = v
 			} else {
-				e.a++
+				e.st[0]++
 				ref[k]++
 			}
 		case r < 7: // a scan that deletes some entries
 			tb.scan(rng.IntN(64)+1, func(e *entry) bool {
-				if e.a%3 == 0 {
+				if e.st[0]%3 == 0 {
 					for rk, rv := range ref {
-						if te := tb.get(tb.hash(rk), rk); rv == e.a && te != nil && &te.entry == e {
+						if te := tb.get(tb.hash(rk), rk); rv == e.st[0] && te != nil && &te.entry == e {
 							delete(ref, rk)
 							return true
 						}
@@ -58,7 +60,7 @@ func checkTable(t *testing.T, rng *rand.Rand, ops, keys int) {
 			})
 		default: // lookup only
 			e := tb.get(h, k)
-			if v, ok := ref[k]; (e != nil) != ok || (ok && e.a != v) {
+			if v, ok := ref[k]; (e != nil) != ok || (ok && e.st[0] != v) {
 				t.Fatalf("op %d get %s: table %v, map %v %v", op, k, e, v, ok)
 			}
 		}
@@ -67,7 +69,7 @@ func checkTable(t *testing.T, rng *rand.Rand, ops, keys int) {
 		}
 	}
 	for k, v := range ref {
-		if e := tb.get(tb.hash(k), k); e == nil || e.a != v {
+		if e := tb.get(tb.hash(k), k); e == nil || e.st[0] != v {
 			t.Fatalf("final %s: %v, want %d", k, e, v)
 		}
 	}

@@ -66,6 +66,8 @@ for i = 1, #KEYS do
         save(key, kind, st, add(W, W), expire)
       end
     end
+  elseif KIND[kind] then
+    KIND[kind].adjust(a + 4, key, sign, delta, tohex(now), expire)
   end
 end
 return 1

@@ -67,6 +67,8 @@ var (
 	fastLua string
 	//go:embed take.lua
 	takeLua string
+	//go:embed kinds.lua
+	kindsLua string
 	//go:embed limbpath.lua
 	limbpathLua string
 	//go:embed adjust.lua
@@ -274,7 +276,9 @@ func (s *Store) Key(k store.Kind, key string) string {
 	return s.cfg.prefix + string(kindLetter[k]) + ":" + key
 }
 
-var kindLetter = [...]byte{store.TokenBucket: 'b', store.SlidingWindow: 's', store.Concurrency: 'c', store.FixedWindow: 'f'}
+// kindLetter is each kind's letter in keys, states and the scripts'
+// arguments.
+var kindLetter = [...]byte{store.TokenBucket: 'b', store.SlidingWindow: 's', store.Concurrency: 'c', store.FixedWindow: 'f', store.Quota: 'q'}
 
 func hex64(v int64) string {
 	const digits = "0123456789abcdef"
@@ -329,6 +333,9 @@ func (s *Store) paramsOf(sp *store.Spec) []string { return s.argsOf(sp).fields }
 // and a tag naming its parameters (the script parses them once per tag);
 // others take the exact limb path.
 func (s *Store) argsOf(sp *store.Spec) *specArgs {
+	if sp.Kind == store.Quota {
+		return &specArgs{tag: "q", fields: s.quotaArgs(sp)}
+	}
 	if a, ok := s.params.Load(sp); ok {
 		return a.(*specArgs)
 	}
@@ -355,6 +362,24 @@ func (s *Store) argsOf(sp *store.Spec) *specArgs {
 	a := &specArgs{tag: tag, fields: p}
 	s.params.Store(sp, a)
 	return a
+}
+
+// quotaArgs are a quota's 7 parameter fields: its limit and four period
+// starts around this host's time (the previous period's, the current's,
+// the next's and the one after), from which the script takes the period
+// holding the store's clock. The script refuses the call (before deciding
+// anything) when the store's clock is outside them: a clock a whole period
+// away from this host's.
+func (s *Store) quotaArgs(sp *store.Spec) []string {
+	now := time.Now().UnixNano()
+	if s.cfg.clock != nil {
+		now = s.cfg.clock.Now().UnixNano()
+	}
+	q := sp.Quota
+	b1, b2 := q.Bounds(now)
+	b0, _ := q.Bounds(b1 - 1)
+	_, b3 := q.Bounds(b2)
+	return []string{hex64(q.Limit), hex64(b0), hex64(b1), hex64(b2), hex64(b3), "", ""}
 }
 
 func (s *Store) now() string {
@@ -827,7 +852,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	var order []uint16
 	now := s.now()
 	for _, a := range adj {
-		if a.Spec == nil || a.Key == "" || a.Spec.Kind == store.Concurrency || a.Delta == 0 {
+		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || a.Delta == 0 {
 			continue
 		}
 		key := s.Key(a.Spec.Kind, a.Key)

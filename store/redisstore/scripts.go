@@ -24,8 +24,8 @@ local A -- the current call's arguments, for the limb model
 local LIMB
 local function limbs()
   if LIMB then return LIMB end
-` + libLua + modelLua + limbpathLua + `
-  LIMB = {bucket = limb_bucket, window = limb_window, adjust = function(KEYS, ARGV)
+` + libLua + modelLua + limbpathLua + kindsLua + `
+  LIMB = {bucket = limb_bucket, window = limb_window, kinds = KIND, adjust = function(KEYS, ARGV)
     A = ARGV
 ` + adjustLua + `
   end}

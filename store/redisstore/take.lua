@@ -3,7 +3,7 @@
 -- ARGV: [1] now (16 hex digits, ns) or '' for Redis TIME; [2] '1' to let
 -- keys expire when their state is new again; [3] S, the number of specs,
 -- then 8 fields per spec: kind (b bucket, s sliding window, f fixed
--- window, c concurrency; a double-path bucket's letter is followed by an
+-- window, c concurrency, or a kind of kinds.lua; a double-path bucket's letter is followed by an
 -- id naming its parameters) and 7 parameters; then R, the number of
 -- requests, and per request its lease id and item count m, then 2 fields
 -- per item: spec index and cost (decimal, or 'x' and 16 hex digits).
@@ -39,6 +39,14 @@ for i = 1, tonumber(ARGV[3]) do
       FCACHE[tag], FN = F, FN + 1
     end
     sp.F = F
+  elseif kind ~= 'b' and kind ~= 's' and kind ~= 'f' and kind ~= 'c' then
+    -- a kind of kinds.lua, which may refuse the call before anything is
+    -- decided (a quota whose periods do not hold the store's clock)
+    local K = limbs().kinds[kind]
+    if not K then return redis.error_reply('ERR sluice: unknown kind ' .. kind) end
+    if not K.check(a + 1, nowhex) then
+      return redis.error_reply('ERR sluice: the store clock (' .. nowhex .. ') is outside the periods given for kind ' .. kind)
+    end
   end
   specs[i] = sp
   a = a + 8
@@ -83,6 +91,8 @@ local function decide(sp, key, costn, cs, k, i)
     end
   elseif kind == 's' or kind == 'f' then
     ok, rem, retry, reset, save1 = limbs().window(kind, sp.at, key, costn, cs, nowhex, expire)
+  elseif kind ~= 'c' then
+    ok, rem, retry, reset, save1 = limbs().kinds[kind].take(sp.at, key, costn, cs, nowhex, expire)
   else
     -- concurrency: a sorted set of lease ids scored by expiry (Unix us)
     local max, ttl = tonumber(ARGV[sp.at]), tonumber(ARGV[sp.at + 1])

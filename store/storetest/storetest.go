@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/window"
 )
@@ -47,6 +48,7 @@ func Run(t *testing.T, newStore Factory, opts ...Option) {
 		{"SlidingWindow", testSlidingWindow},
 		{"FixedWindow", testFixedWindow},
 		{"Concurrency", testConcurrency},
+		{"Quota", testQuota},
 		{"PeekTakesNothing", testPeek},
 		{"InvalidItems", testInvalid},
 		{"ConcurrentExact", testConcurrentExact},
@@ -246,6 +248,55 @@ func testFixedWindow(t *testing.T, f Factory) {
 	c.Advance(100 * time.Millisecond)
 	if !take(t, s, it).Allowed {
 		t.Fatal("next window refused")
+	}
+}
+
+// A calendar quota admits its limit per period (a day in UTC here) and
+// refuses until exactly the next period's start; a refund counts within
+// the period, and the next period starts anew.
+func testQuota(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	midnight := time.Date(Epoch.Year(), Epoch.Month(), Epoch.Day()+1, 0, 0, 0, 0, time.UTC)
+	c.Set(midnight.Add(-90 * time.Minute))
+	sp, err := store.NewSpec(store.Limit{Kind: store.Quota, Quota: quota.Limit{Limit: 3, Period: quota.Day}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := store.Item{Key: "q", Spec: sp, Cost: 2}
+	if r := take(t, s, it); !r.Allowed || r.Decisions[0].Remaining != 1 || r.Decisions[0].ResetAfter != 90*time.Minute {
+		t.Fatalf("rule: a quota admits within its limit, full again at the period's end: %+v", r)
+	}
+	r := take(t, s, store.Item{Key: "q", Spec: sp, Cost: 2})
+	if r.Allowed || r.Decisions[0].RetryAfter != 90*time.Minute || r.Decisions[0].Remaining != 1 {
+		t.Fatalf("rule: a refused quota waits exactly to the next period's start: %+v", r)
+	}
+	items := []store.Item{{Key: "q", Spec: sp, Cost: 1}}
+	if _, err := s.Take(context.Background(), items); err != nil || !items[0].Decision.Allowed {
+		t.Fatalf("rule: the last unit is admitted: %+v %v", items[0].Decision, err)
+	}
+	if want := midnight.UnixNano(); items[0].RefundBefore != want {
+		t.Fatalf("rule: a quota's cost can be returned until its period ends: RefundBefore %d, want %d", items[0].RefundBefore, want)
+	}
+	adj := []store.Adjustment{{Key: "q", Spec: sp, Delta: -1, RefundBefore: items[0].RefundBefore}}
+	if err := s.Adjust(context.Background(), adj); err != nil {
+		t.Fatal(err)
+	}
+	if r := take(t, s, store.Item{Key: "q", Spec: sp, Cost: 1}); !r.Allowed || r.Decisions[0].Remaining != 0 {
+		t.Fatalf("rule: a refund within the period is returned exactly: %+v", r)
+	}
+	c.Set(midnight.Add(-1))
+	if r := take(t, s, store.Item{Key: "q", Spec: sp, Cost: 1}); r.Allowed || r.Decisions[0].RetryAfter != 1 {
+		t.Fatalf("rule: a nanosecond before the boundary the period is the old one: %+v", r)
+	}
+	c.Set(midnight)
+	if r := take(t, s, store.Item{Key: "q", Spec: sp, Cost: 3}); !r.Allowed || r.Decisions[0].Remaining != 0 || r.Decisions[0].ResetAfter != 24*time.Hour {
+		t.Fatalf("rule: the next period starts anew at its start: %+v", r)
+	}
+	if err := s.Adjust(context.Background(), adj); err != nil { // a refund for the old period
+		t.Fatal(err)
+	}
+	if r := take(t, s, store.Item{Key: "q", Spec: sp, Cost: 1}); r.Allowed {
+		t.Fatalf("rule: a refund for a past period returns nothing: %+v", r)
 	}
 }
 
