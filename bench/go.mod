@@ -2,7 +2,7 @@ module github.com/sluicehq/sluice/bench
 
 go 1.26.0
 
-require github.com/sluicehq/sluice v0.0.0
+require github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 
 require golang.org/x/time v0.16.0
 
@@ -13,7 +13,10 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/sirupsen/logrus v1.10.2
-	golang.org/x/sync v0.23.0
+	github.com/sluicehq/sluice/envoyrls v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice/store/lease v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice/store/redisstore v0.0.0-00010101000000-000000000000
+	golang.org/x/sync v0.25.0
 	google.golang.org/grpc v1.85.0
 )
 
@@ -76,12 +79,12 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.8.0 // indirect
 	go.uber.org/zap v1.21.0 // indirect
-	golang.org/x/mod v0.41.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/term v0.46.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
-	golang.org/x/tools v0.49.0 // indirect
+	golang.org/x/term v0.47.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/tools v0.52.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
@@ -108,8 +111,20 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/sethvargo/go-limiter v0.7.1
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/sluicehq/sluice => ../
+replace github.com/sluicehq/sluice => ../.
+
+replace github.com/sluicehq/sluice/cmd/sluice => ../cmd/sluice
+
+replace github.com/sluicehq/sluice/envoyrls => ../envoyrls
+
+replace github.com/sluicehq/sluice/sim => ../sim
+
+replace github.com/sluicehq/sluice/store/failover => ../store/failover
+
+replace github.com/sluicehq/sluice/store/lease => ../store/lease
+
+replace github.com/sluicehq/sluice/store/redisstore => ../store/redisstore

@@ -7,6 +7,7 @@
 # path (absolute, or containing a slash) is used as given, .txt added.
 set -euo pipefail
 cd "$(dirname "$0")"
+export GOWORK=off # bench/ is a module outside the workspace (see go.work)
 pattern=${1:-.}
 count=${COUNT:-6}
 case "${OUT:-bench}" in
