@@ -44,6 +44,12 @@ func TestProbeVariant(t *testing.T) {
 	switch v := os.Getenv("VARIANT"); {
 	case v == "none":
 		f = func() { c.Do(ctx, c.B().Ping().Build()) }
+	case v == "envoy":
+		// envoyproxy/ratelimit's Redis work per descriptor (fixed window):
+		// INCRBY and EXPIRE, pipelined.
+		f = func() {
+			c.DoMulti(ctx, c.B().Incrby().Key(key+"e").Increment(1).Build(), c.B().Expire().Key(key+"e").Seconds(60).Build())
+		}
 	case v == "empty":
 		sc := rueidis.NewLuaScript("return 1")
 		f = func() { sc.Exec(ctx, c, []string{key}, args) }

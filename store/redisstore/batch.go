@@ -1,0 +1,133 @@
+package redisstore
+
+// Batching: concurrent Takes share script calls, at most maxInFlight at once.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/sluicehq/sluice/store"
+)
+
+// call is one request in a batch.
+type call struct {
+	items  []store.Item
+	lease  string
+	ok     bool
+	err    error
+	queued bool          // decided by another caller's batch: signal done
+	done   chan struct{} // buffered: one signal per use, so calls are reused
+	self   [1]*call      // a batch of just this call, without allocating
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// Batching: at most maxInFlight script calls are in flight; a request
+// that finds them all busy queues, and the next call to finish sends the
+// queue (up to maxBatch requests) as one script call. A lone caller is
+// never delayed; many callers share round trips and script calls.
+const (
+	maxInFlight = 2
+	maxBatch    = 64
+)
+
+// submit runs c at once (returning true) when a slot is free, else queues
+// it (false; c.done closes when it is decided).
+func (s *Store) submit(ctx context.Context, c *call) bool {
+	s.mu.Lock()
+	if s.inflight < maxInFlight {
+		s.inflight++
+		s.mu.Unlock()
+		s.run(ctx, c.self[:]) // its own call: the caller's deadline applies
+		s.next()
+		return true
+	}
+	c.queued = true
+	s.queue = append(s.queue, c)
+	s.mu.Unlock()
+	return false
+}
+
+// next hands the slot to the queued requests: one goroutine sends batch
+// after batch while requests keep queueing, then frees the slot.
+func (s *Store) next() {
+	if batch := s.dequeue(); batch != nil {
+		go func() {
+			for ; batch != nil; batch = s.dequeue() {
+				s.run(context.Background(), batch)
+			}
+		}()
+	}
+}
+
+// dequeue takes the next batch from the queue, or frees the caller's slot
+// and returns nil when the queue is empty.
+func (s *Store) dequeue() []*call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		s.inflight--
+		return nil
+	}
+	n := min(len(s.queue), maxBatch)
+	batch := make([]*call, n)
+	copy(batch, s.queue)
+	s.queue = append(s.queue[:0], s.queue[n:]...)
+	return batch
+}
+
+// run decides a batch in one script call (bounded by the store timeout)
+// and closes every call's done.
+func (s *Store) run(ctx context.Context, batch []*call) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	n := 0
+	for _, c := range batch {
+		n += len(c.items)
+	}
+	keys := make([]string, 0, n)
+	// The batch's specs, each sent once.
+	var specBuf [8]*store.Spec
+	specs := specBuf[:0]
+	index := func(sp *store.Spec) int {
+		for i, x := range specs {
+			if x == sp {
+				return i + 1
+			}
+		}
+		specs = append(specs, sp)
+		return len(specs)
+	}
+	tail := make([]string, 0, 1+2*len(batch)+2*n)
+	tail = append(tail, itoa(int64(len(batch))))
+	for _, c := range batch {
+		tail = append(tail, c.lease, itoa(int64(len(c.items))))
+		for i := range c.items {
+			it := &c.items[i]
+			keys = append(keys, s.Key(it.Spec.Kind, it.Key))
+			cost := itoa(it.Cost)
+			if it.Cost >= 1<<53 {
+				cost = "x" + hex64(it.Cost)
+			}
+			tail = append(tail, itoa(int64(index(it.Spec))), cost)
+		}
+	}
+	args := make([]string, 0, 3+8*len(specs)+len(tail))
+	args = append(args, s.now(), s.expire(), itoa(int64(len(specs))))
+	for _, sp := range specs {
+		a := s.argsOf(sp)
+		args = append(args, a.tag)
+		args = append(args, a.fields...)
+	}
+	args = append(args, tail...)
+	err := s.decode(s.scripts.take(ctx, keys, args), batch)
+	for _, c := range batch {
+		if err != nil {
+			c.err = fmt.Errorf("redisstore: take: %w", err)
+		}
+		if c.queued {
+			c.done <- struct{}{}
+		}
+	}
+}

@@ -1,0 +1,230 @@
+package redisstore
+
+// The script's arguments (spec parameters, the clock) and its reply's decoding.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
+)
+
+// kindLetter is each kind's letter in keys, states and the scripts'
+// arguments.
+var kindLetter = [...]byte{store.TokenBucket: 'b', store.SlidingWindow: 's', store.Concurrency: 'c', store.FixedWindow: 'f', store.Quota: 'q'}
+
+func hex64(v int64) string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	u := uint64(v)
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[u&15]
+		u >>= 4
+	}
+	return string(b[:])
+}
+
+func parseHex(v rueidis.RedisMessage) (int64, error) {
+	str, err := v.ToString()
+	if err != nil {
+		return 0, err
+	}
+	u, err := strconv.ParseUint(str, 16, 64)
+	return int64(u), err
+}
+
+// FitsDoublePath reports whether the script may decide a token bucket of
+// spec sp on plain doubles (its parameters are small enough that every
+// intermediate can be an exact integer below 2^53; each decision still
+// checks its own numbers and falls back to exact limbs when a state is out
+// of that range, so both give the same decision). It needs whole units per
+// nanosecond (bucket.Params.Ratio's Den below 2^26; Den is 1 for limits of
+// the form N per second, minute, hour or day) and a capacity below 2^52
+// units; a rate that is no simple fraction usually does not fit. False for
+// other kinds.
+func FitsDoublePath(sp *store.Spec) bool {
+	if sp == nil || sp.Kind != store.TokenBucket {
+		return false
+	}
+	num, den, _ := sp.Bucket.Ratio()
+	return den < 1<<26 && sp.Bucket.CapacityUnits() < 1<<52 && num/den < 1<<52
+}
+
+// specArgs is how the script is told of a spec: its kind tag and 7
+// parameter fields.
+type specArgs struct {
+	tag    string
+	fields []string
+}
+
+// paramsOf returns the script's 7 parameter fields for sp.
+func (s *Store) paramsOf(sp *store.Spec) []string { return s.argsOf(sp).fields }
+
+// argsOf returns the script's arguments for sp (cached: specs are
+// immutable). A token bucket whose numbers fit doubles exactly also gets
+// qn and rn (num = qn*den + rn), which select the script's double path,
+// and a tag naming its parameters (the script parses them once per tag);
+// others take the exact limb path.
+func (s *Store) argsOf(sp *store.Spec) *specArgs {
+	if sp.Kind == store.Quota {
+		return &specArgs{tag: "q", fields: s.quotaArgs(sp)}
+	}
+	if a, ok := s.params.Load(sp); ok {
+		return a.(*specArgs)
+	}
+	var p []string
+	tag := string(kindLetter[sp.Kind])
+	switch sp.Kind {
+	case store.TokenBucket:
+		b := &sp.Bucket
+		num, den, _ := b.Ratio()
+		qn, rn := "", ""
+		if FitsDoublePath(sp) {
+			qn, rn = strconv.FormatUint(num/den, 10), strconv.FormatUint(num%den, 10)
+		}
+		p = []string{hex64(b.Unit()), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed()), qn, rn}
+		if qn != "" {
+			sum := sha256.Sum256([]byte(strings.Join(p, ",")))
+			tag += hex.EncodeToString(sum[:8])
+		}
+	case store.SlidingWindow, store.FixedWindow:
+		p = []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", "", "", ""}
+	default:
+		p = []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", "", "", ""}
+	}
+	a := &specArgs{tag: tag, fields: p}
+	s.params.Store(sp, a)
+	return a
+}
+
+// quotaArgs are a quota's 7 parameter fields: its limit and four period
+// starts around this host's time (the previous period's, the current's,
+// the next's and the one after), from which the script takes the period
+// holding the store's clock. The script refuses the call (before deciding
+// anything) when the store's clock is outside them: a clock a whole period
+// away from this host's.
+func (s *Store) quotaArgs(sp *store.Spec) []string {
+	now := time.Now().UnixNano()
+	if s.cfg.clock != nil {
+		now = s.cfg.clock.Now().UnixNano()
+	}
+	q := sp.Quota
+	b1, b2 := q.Bounds(now)
+	b0, _ := q.Bounds(b1 - 1)
+	_, b3 := q.Bounds(b2)
+	return []string{hex64(q.Limit), hex64(b0), hex64(b1), hex64(b2), hex64(b3), "", ""}
+}
+
+func (s *Store) now() string {
+	if s.cfg.clock == nil {
+		return ""
+	}
+	return hex64(s.cfg.clock.Now().UnixNano())
+}
+
+func (s *Store) expire() string {
+	if s.cfg.clock == nil {
+		return "1"
+	}
+	return "0"
+}
+
+// small holds the decimal strings of 0..1023 (spec indexes, common costs
+// and counts), so that building a batch's arguments allocates less.
+var small = func() (s [1024]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(i)
+	}
+	return s
+}()
+
+func itoa(i int64) string {
+	if i >= 0 && i < int64(len(small)) {
+		return small[i]
+	}
+	return strconv.FormatInt(i, 10)
+}
+
+// value reads a reply value: an integer, or hex digits for 2^53 and more.
+func value(m rueidis.RedisMessage) (int64, error) {
+	if m.IsInt64() {
+		return m.AsInt64()
+	}
+	return parseHex(m)
+}
+
+// decode writes a take reply's decisions into the calls' items.
+func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
+	arr, err := r.ToArray()
+	if err != nil {
+		return err
+	}
+	if len(arr) < 2 {
+		return fmt.Errorf("script returned %d values", len(arr))
+	}
+	fast, err := arr[0].AsInt64()
+	if err != nil {
+		return err
+	}
+	now, err := parseHex(arr[1])
+	if err != nil {
+		return err
+	}
+	s.fast.Add(uint64(fast))
+	arr = arr[2:]
+	for _, c := range batch {
+		if len(arr) < 1 {
+			return fmt.Errorf("script returned too few values")
+		}
+		all, err := arr[0].AsInt64()
+		if err != nil {
+			return err
+		}
+		c.ok = all == 1
+		per := 4
+		if c.ok {
+			per = 2 // admitted: remaining and reset
+		}
+		arr = arr[1:]
+		if len(arr) < per*len(c.items) {
+			return fmt.Errorf("script returned too few values")
+		}
+		for i := range c.items {
+			f := arr[per*i:]
+			var v [4]int64 // allowed, remaining, retry, reset
+			if c.ok {
+				v[0] = 1
+				if v[1], err = value(f[0]); err == nil {
+					v[3], err = value(f[1])
+				}
+			} else {
+				for k := range v {
+					if v[k], err = value(f[k]); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				return err
+			}
+			it := &c.items[i]
+			it.Decision = sluice.Decision{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: time.Duration(v[2]), ResetAfter: time.Duration(v[3])}
+			it.RefundBefore = 0
+			if c.ok && it.Cost > 0 {
+				it.RefundBefore = store.RefundBefore(it.Spec, now, time.Duration(v[3]))
+			}
+		}
+		s.decided.Add(uint64(len(c.items)))
+		arr = arr[per*len(c.items):]
+	}
+	if len(arr) != 0 {
+		return fmt.Errorf("script returned %d values too many", len(arr))
+	}
+	return nil
+}
