@@ -47,7 +47,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -152,11 +151,6 @@ type entry struct {
 	idle int64
 }
 
-type slots struct {
-	ids []string
-	exp []int64 // ns since t0
-}
-
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
@@ -228,17 +222,6 @@ func (s *Store) TakeBorrowed(ctx context.Context, items []store.Item) (store.Res
 	return s.take(items, true, 1)
 }
 
-// errNoRoom is take1's report that a new key found no room in the cap nor
-// in the shard it holds locked.
-var errNoRoom = errors.New("memstore: no room")
-
-// noRoom goes with errNoRoom: the item whose new key found no room, and
-// the keys held then.
-type noRoom struct {
-	item int
-	keys int64
-}
-
 // take decides items; attempt counts the decisions of this request (a
 // new key that found no room makes room and decides again).
 func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Result, error) {
@@ -269,45 +252,58 @@ func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Resu
 		}
 		return res, err
 	}
-	// Each item's shard, and every shard involved locked in ascending order.
+	return s.takeMany(items, borrowed, attempt, d, wall)
+}
+
+// many is takeMany's working state: per item its hash, shard, entry and
+// next state, and the shards locked (each once, in ascending order).
+type many struct {
+	itemShard, locked []int
+	ents              []*tentry
+	next              []entry
+	hashes            []uint64
+	rm                room
+}
+
+// takeMany decides a request of several items: it locks every shard
+// involved in ascending order, decides each item, then either refuses
+// (nothing taken) or commits every item.
+func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall int64) (store.Result, error) {
 	var shBuf, lockBuf [8]int
 	var entBuf [8]*tentry
 	var nextBuf [8]entry
 	var hashBuf [8]uint64
-	itemShard, locked, ents, next, hashes := shBuf[:0], lockBuf[:0], entBuf[:0], nextBuf[:0], hashBuf[:0]
+	m := many{itemShard: shBuf[:0], locked: lockBuf[:0], ents: entBuf[:0], next: nextBuf[:0], hashes: hashBuf[:0]}
 	for _, it := range items {
 		h := s.hash(it.Key)
-		hashes = append(hashes, h)
-		itemShard = append(itemShard, shardOf(h))
-		ents = append(ents, nil)
-		next = append(next, entry{})
+		m.hashes = append(m.hashes, h)
+		m.itemShard = append(m.itemShard, shardOf(h))
+		m.ents = append(m.ents, nil)
+		m.next = append(m.next, entry{})
 	}
-	locked = append(locked, itemShard...)
-	slices.Sort(locked)
-	locked = slices.Compact(locked) // each shard once, in order
-	for _, x := range locked {
+	m.locked = append(m.locked, m.itemShard...)
+	slices.Sort(m.locked)
+	m.locked = slices.Compact(m.locked) // each shard once, in order
+	for _, x := range m.locked {
 		s.shards[x].mu.Lock()
 	}
-
 	res := store.Result{Allowed: true}
-	var rm room
 	for i := range items {
 		it := &items[i]
-		shd := &s.shards[itemShard[i]]
+		shd := &s.shards[m.itemShard[i]]
 		var isNew bool
-		switch it.Spec.Kind {
-		case store.Concurrency:
+		if it.Spec.HoldsSlots() {
 			var sl *slots
 			it.Decision, sl = s.peekSlots(shd, *it, d)
 			isNew = sl == nil
-		default:
-			e := shd.m.get(hashes[i], it.Key)
-			ents[i] = e
+		} else {
+			e := shd.m.get(m.hashes[i], it.Key)
+			m.ents[i] = e
 			var cur entry
 			if e != nil {
 				cur = e.entry
 			}
-			next[i], it.Decision = step(*it, cur, e != nil, d, s.wall(wall, d))
+			m.next[i], it.Decision = step(*it, cur, e != nil, d, s.wall(wall, d))
 			isNew = e == nil
 		}
 		if !it.Decision.Allowed {
@@ -315,66 +311,75 @@ func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Resu
 		}
 		// A new key needs room, unless the request is refused anyway
 		// (then it creates nothing) or the item only peeks.
-		if isNew && res.Allowed && it.Cost > 0 && !s.roomFor(&rm, items[:i+1], ents, itemShard, locked, d) {
+		if isNew && res.Allowed && it.Cost > 0 && !s.roomFor(&m.rm, items[:i+1], m.ents, m.itemShard, m.locked, d) {
 			nr := noRoom{item: i, keys: s.keys.Load()}
-			s.keys.Add(-int64(rm.held))
-			s.unlock(locked)
+			s.keys.Add(-int64(m.rm.held))
+			s.unlock(m.locked)
 			return s.retry(items, borrowed, attempt, nr, d)
 		}
 	}
 	if !res.Allowed {
-		s.keys.Add(-int64(rm.held))
-		for i := range items {
-			if it := &items[i]; it.Decision.Allowed && it.Cost > 0 {
-				// Nothing was taken: report this item's state as it is.
-				it.Decision = s.peek(&s.shards[itemShard[i]], *it, ents[i], d, wall)
-			}
-			if borrowed {
-				ownKey(&items[i], ents[i]) // (nil for Concurrency items)
-			}
-		}
-		s.unlock(locked)
-		return res, nil
+		s.refuseMany(items, &m, borrowed, d, wall)
+	} else {
+		s.commitMany(items, &m, &res, borrowed, d, wall)
 	}
+	s.unlock(m.locked)
+	return res, nil
+}
+
+// refuseMany reports, for a refused request, each item's state as it is
+// (nothing was taken) and gives back the keys counted for it.
+func (s *Store) refuseMany(items []store.Item, m *many, borrowed bool, d, wall int64) {
+	s.keys.Add(-int64(m.rm.held))
+	for i := range items {
+		if it := &items[i]; it.Decision.Allowed && it.Cost > 0 {
+			it.Decision = s.peek(&s.shards[m.itemShard[i]], *it, m.ents[i], d, wall)
+		}
+		if borrowed {
+			ownKey(&items[i], m.ents[i]) // (nil for Concurrency items)
+		}
+	}
+}
+
+// commitMany takes every item of an admitted request (its shards locked).
+func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borrowed bool, d, wall int64) {
 	for i := range items {
 		it := &items[i]
-		shd := &s.shards[itemShard[i]]
+		shd := &s.shards[m.itemShard[i]]
 		if it.Spec.HoldsSlots() {
 			if borrowed {
 				ownKey(it, nil)
 			}
-			if s.takeSlot(shd, it, d, &res) {
-				rm.held--
+			if s.takeSlot(shd, it, d, res) {
+				m.rm.held--
 			}
 			continue
 		}
 		if it.Cost > 0 {
 			it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), it.Decision.ResetAfter)
 		}
-		e := ents[i]
-		if rm.made && e != nil && e.key != it.Key {
+		e := m.ents[i]
+		if m.rm.made && e != nil && e.key != it.Key {
 			e = nil // evicted to make room (it was idle: the same as new)
 		}
 		if e != nil {
-			e.entry = next[i] // in place: no second map operation
+			e.entry = m.next[i] // in place: no second map operation
 		} else if it.Cost > 0 { // a peek creates nothing
-			if e = s.insert(shd, hashes[i], it.Key, next[i], borrowed); e != nil {
-				rm.held--
-				shd.noteIdle(next[i].idle)
+			if e = s.insert(shd, m.hashes[i], it.Key, m.next[i], borrowed); e != nil {
+				m.rm.held--
+				shd.noteIdle(m.next[i].idle)
 			}
 		}
 		if borrowed {
 			ownKey(it, e)
 		}
 	}
-	if rm.held != 0 {
-		s.keys.Add(-int64(rm.held)) // counted, not used
+	if m.rm.held != 0 {
+		s.keys.Add(-int64(m.rm.held)) // counted, not used
 	}
-	for _, x := range locked {
+	for _, x := range m.locked {
 		s.sweep(&s.shards[x], d)
 	}
-	s.unlock(locked)
-	return res, nil
 }
 
 // unlock unlocks the shards locked.
@@ -397,64 +402,6 @@ func (s *Store) retry(items []store.Item, borrowed bool, attempt int, nr noRoom,
 		return store.Result{}, s.fullError(items[nr.item].Key, nr.keys, d)
 	}
 	return s.take(items, borrowed, attempt+1)
-}
-
-// room is a request's account of the keys it counts against the cap.
-type room struct {
-	held    int  // keys counted for the request's new keys
-	made    bool // it evicted keys (an earlier item's entry may be gone)
-	cleaned bool // it cleaned the shards it holds
-}
-
-// roomFor makes r count the keys that items, decided so far in their
-// locked shards (the last one needing a new key), would create: from the
-// cap's free room, else by evicting the idle keys of the shards locked
-// (their counts become the request's). False when there is no room (the
-// keys r counts are left for the caller to release).
-func (s *Store) roomFor(r *room, items []store.Item, ents []*tentry, itemShard, locked []int, d int64) bool {
-	last := &items[len(items)-1]
-	shd := &s.shards[itemShard[len(items)-1]]
-	for {
-		need, inTables := s.keysNeeded(items, ents, itemShard)
-		tableRoom := last.Spec.HoldsSlots() || shd.m.n+inTables <= maxEntries
-		if r.held < need {
-			r.held += s.reserve(need - r.held)
-		}
-		if r.held >= need && tableRoom {
-			return true
-		}
-		if r.cleaned {
-			return false
-		}
-		r.cleaned = true
-		for _, x := range locked {
-			if n := s.clean(&s.shards[x], d); n > 0 {
-				r.held += n
-				r.made = true
-			}
-		}
-	}
-}
-
-// keysNeeded counts the keys items (decided so far, in their locked
-// shards) would create if admitted: new keys and keys whose idle entry was
-// evicted to make room; inTables counts those that are buckets or windows.
-func (s *Store) keysNeeded(items []store.Item, ents []*tentry, itemShard []int) (need, inTables int) {
-	for j := range items {
-		it := &items[j]
-		if it.Cost == 0 || !it.Decision.Allowed {
-			continue
-		}
-		if it.Spec.HoldsSlots() {
-			if s.shards[itemShard[j]].leases[it.Key] == nil {
-				need++
-			}
-		} else if e := ents[j]; e == nil || e.key != it.Key {
-			need++
-			inTables++
-		}
-	}
-	return need, inTables
 }
 
 // take1 decides a single item in its locked shard; errNoRoom when its new
@@ -505,66 +452,6 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	return res, nil
 }
 
-// room1 counts one new key for locked shard shd (a bucket or window when
-// inTable) against the cap, evicting the shard's idle keys if there is no
-// room; false (nothing counted) when there is none.
-func (s *Store) room1(shd *shard, d int64, inTable bool) bool {
-	if (!inTable || shd.m.n < maxEntries) && s.reserve(1) == 1 {
-		return true
-	}
-	n := s.clean(shd, d)
-	if inTable && shd.m.n >= maxEntries {
-		s.keys.Add(-int64(n))
-		return false
-	}
-	switch {
-	case n > 0:
-		s.keys.Add(-int64(n - 1)) // the evicted keys' counts, one kept for the new key
-		return true
-	case s.reserve(1) == 1: // (the table was at its limit, the cap not)
-		return true
-	}
-	return false
-}
-
-// reserve counts up to n new keys against the cap and returns how many.
-func (s *Store) reserve(n int) int {
-	for {
-		k := s.keys.Load()
-		got := min(int64(n), s.maxKeys-k)
-		if got <= 0 {
-			return 0
-		}
-		if s.keys.CompareAndSwap(k, k+got) {
-			return int(got)
-		}
-	}
-}
-
-// insert adds a new key's entry (copying a borrowed key), already counted
-// against the cap; nil when the shard's table is at its limit.
-func (s *Store) insert(shd *shard, h uint64, key string, e entry, borrowed bool) *tentry {
-	if borrowed {
-		key = strings.Clone(key)
-	}
-	return shd.m.insert(h, key, e)
-}
-
-// noteIdle records that a key of locked shard shd is idle from t: every
-// write of an idle time that may be earlier than the key's last calls it
-// (a new key, an adjustment, a released lease), so that low stays a lower
-// bound. Take on a key it holds does not need to: a take or a peek never
-// makes a bucket full sooner nor a window's counts age out sooner (the
-// state only moves forward), so the key's idle time only grows
-// (TestIdleBoundsHold checks it). A clock set back can break this: then
-// eviction may wait longer, and RetryAfter be late; no decision changes.
-func (shd *shard) noteIdle(t int64) {
-	if t < shd.low {
-		shd.low = t
-		shd.wake.Store(max(t, shd.calm))
-	}
-}
-
 // peek is item it's decision at cost 0 (its state as it is), for a refused
 // request whose other items refused: e is its entry (nil: none).
 func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice.Decision {
@@ -582,47 +469,6 @@ func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice
 	}
 	_, dec := step(it, cur, e != nil, d, s.wall(wall, d))
 	return dec
-}
-
-// takeSlot takes an in-flight slot for a Concurrency item (whose key the
-// store may keep); it reports whether it created the key's lease set (a
-// new key, which the caller has counted against the cap).
-func (s *Store) takeSlot(shd *shard, it *store.Item, d int64, res *store.Result) bool {
-	if it.Cost == 0 {
-		return false
-	}
-	if res.Lease.ID == "" {
-		res.Lease.ID = s.leaseBase + strconv.FormatUint(s.leaseSeq.Add(1), 36)
-	}
-	sl := shd.leases[it.Key]
-	created := sl == nil
-	if created {
-		sl = &slots{}
-		shd.leases[it.Key] = sl
-	}
-	exp := d + int64(it.Spec.LeaseTTL)
-	sl.ids = append(sl.ids, res.Lease.ID)
-	sl.exp = append(sl.exp, exp)
-	res.Lease.Keys = append(res.Lease.Keys, it.Key)
-	if created && exp < shd.low { // (a set's idle time only grows with its slots)
-		shd.noteIdle(exp)
-	}
-	return created
-}
-
-// fullError is the refusal of new key at time d, keys being held; its
-// RetryAfter is the time from d to the earliest of the shards' wake times
-// (see the package documentation for what it guarantees).
-func (s *Store) fullError(key string, keys, d int64) error {
-	w := int64(math.MaxInt64)
-	for i := range s.shards {
-		w = min(w, s.shards[i].wake.Load())
-	}
-	var after time.Duration
-	if w != math.MaxInt64 && !s.noEvict {
-		after = time.Duration(max(w-d, 1))
-	}
-	return &store.FullError{Keys: keys, Cap: s.maxKeys, Key: strings.Clone(key), RetryAfter: after}
 }
 
 // ownKey replaces a borrowed key by a string the caller may keep: the
@@ -643,79 +489,6 @@ func ownKeys(items []store.Item) {
 	}
 }
 
-// Adjust implements store.Store. A charge to a key that was evicted needs
-// a new key: when the store holds its cap and no idle key can be evicted,
-// that charge is dropped, and Adjust, having applied the others, returns a
-// *store.FullError for the first such key.
-func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	d, wall := s.now()
-	wall = s.wall(wall, d)
-	var err error
-	for _, a := range adj {
-		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || a.Delta == 0 {
-			continue
-		}
-		if a.Delta < 0 && wall >= a.RefundBefore {
-			continue // refilled or a new window: returning it would create credit
-		}
-		h := s.hash(a.Key)
-		shd := &s.shards[shardOf(h)]
-		shd.mu.Lock()
-		ok := s.adjust1(shd, h, a, d, wall)
-		shd.mu.Unlock()
-		if !ok && s.makeRoom(d) { // (holding no lock, as in take)
-			shd.mu.Lock()
-			ok = s.adjust1(shd, h, a, d, wall)
-			shd.mu.Unlock()
-		}
-		if !ok && err == nil {
-			err = s.fullError(a.Key, s.keys.Load(), d)
-		}
-	}
-	return err
-}
-
-// adjust1 applies a in its locked shard; false when it needs a new key and
-// finds no room.
-func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64) bool {
-	e := shd.m.get(h, a.Key)
-	exists := e != nil
-	if !exists {
-		if a.Delta < 0 {
-			return true // nothing to return to
-		}
-		// The key was evicted (its state was new again): the charge
-		// still counts, against a new state.
-		if !s.room1(shd, d, true) {
-			return false
-		}
-		if e = shd.m.insert(h, a.Key, entry{}); e == nil { // (room1 saw room in the table)
-			s.keys.Add(-1)
-			return false
-		}
-	}
-	adjustEntry(a, &e.entry, exists, d, wall)
-	if e.idle < shd.low {
-		shd.noteIdle(e.idle) // (a refund makes a key idle sooner)
-	}
-	return true
-}
-
-// adjustEntry applies a to the key's state e (exists tells whether it
-// had one) by the kind's rule.
-func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
-	st, dec, ok := a.Spec.Adjust(e.st, exists, store.Now{Mono: d, Wall: wall}, a.Delta)
-	if !ok {
-		return
-	}
-	// The idle time exactly, as step sets it: a later take must not find
-	// it earlier (see noteIdle).
-	e.st, e.idle = st, idleAt(d, int64(dec.ResetAfter))
-}
-
 // step applies it to the key's state e (exists tells whether there is one)
 // by the kind's rule.
 func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
@@ -731,183 +504,6 @@ func idleAt(d, wait int64) int64 {
 		return math.MaxInt64
 	}
 	return d + wait
-}
-
-// peekSlots decides a Concurrency item without taking the slot; it returns
-// the key's lease set too (nil: none).
-func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, *slots) {
-	sl := shd.leases[it.Key]
-	live := int64(0)
-	var first, last int64 = math.MaxInt64, 0
-	if sl != nil {
-		sl.prune(d)
-		live = int64(len(sl.ids))
-		for _, e := range sl.exp {
-			first, last = min(first, e), max(last, e)
-		}
-	}
-	max := it.Spec.MaxInFlight
-	dec := sluice.Decision{}
-	take := int64(0)
-	if it.Cost > 0 {
-		take = 1
-	}
-	if live+take <= max {
-		dec.Allowed = true
-		dec.Remaining = max - live - take
-		if take > 0 {
-			last = d + int64(it.Spec.LeaseTTL)
-		}
-	} else {
-		dec.Remaining = 0
-		dec.RetryAfter = time.Duration(first - d)
-	}
-	if last > d {
-		dec.ResetAfter = time.Duration(last - d)
-	}
-	return dec, sl
-}
-
-func (sl *slots) prune(d int64) {
-	j := 0
-	for i := range sl.ids {
-		if sl.exp[i] > d {
-			sl.ids[j], sl.exp[j] = sl.ids[i], sl.exp[i]
-			j++
-		}
-	}
-	sl.ids, sl.exp = sl.ids[:j], sl.exp[:j]
-}
-
-// idleGrace is how long a key stays idle before a routine sweep evicts it:
-// a hot key that refills within nanoseconds would otherwise be deleted and
-// re-inserted all the time. (Making room under the cap takes any idle key.)
-// A sweep only deletes keys, so the shards' bounds (low) stay true.
-const idleGrace = int64(10 * time.Second)
-
-// sweep evicts a few long-idle keys of a shard every 32 operations.
-func (s *Store) sweep(shd *shard, d int64) {
-	shd.ops++
-	if shd.ops%32 != 0 {
-		return
-	}
-	s.evict(shd, d-idleGrace, 16)
-}
-
-// makeRoom cleans every shard that may hold a key idle at d, locking one
-// shard at a time and called holding none (so it cannot deadlock with
-// take's ordered locking, nor make it wait long); it reports whether the
-// cap has room for a new key now. A shard whose wake time is after d holds
-// no evictable key and costs one atomic read.
-func (s *Store) makeRoom(d int64) bool {
-	for i := range s.shards {
-		shd := &s.shards[i]
-		if d < shd.wake.Load() {
-			continue
-		}
-		shd.mu.Lock()
-		n := s.clean(shd, d)
-		shd.mu.Unlock()
-		if n > 0 {
-			s.keys.Add(-int64(n))
-		}
-	}
-	return s.keys.Load() < s.maxKeys
-}
-
-// clean evicts every key of locked shard shd idle at d, when one may be
-// (d is at or past the shard's wake time), and returns how many it
-// evicted, leaving their count in s.keys for the caller (who either
-// releases it or counts its own new keys with it). It scans all the
-// shard's keys, so afterwards low is exact; and it sets calm so that the
-// shard is not scanned again for (keys scanned × cleanCost, at most
-// maxCalm), which bounds the time spent scanning when low is stale (the
-// key that had the earliest idle time was used since).
-func (s *Store) clean(shd *shard, d int64) int {
-	if s.noEvict || d < shd.low || d < shd.calm {
-		return 0
-	}
-	scanned := int64(shd.m.next) + int64(len(shd.leases))
-	low := int64(math.MaxInt64)
-	n := 0
-	shd.m.scan(int(shd.m.next), func(e *entry) bool { // (every entry once)
-		if e.idle <= d {
-			n++
-			return true
-		}
-		low = min(low, e.idle)
-		return false
-	})
-	for k, sl := range shd.leases {
-		if sl.prune(d); len(sl.ids) == 0 {
-			delete(shd.leases, k)
-			n++
-			continue
-		}
-		low = min(low, slices.Max(sl.exp))
-	}
-	s.evictions.Add(uint64(n))
-	s.scans.Add(1)
-	shd.low, shd.calm = low, d+min(scanned*cleanCost, maxCalm)
-	shd.wake.Store(max(shd.low, shd.calm))
-	return n
-}
-
-// evict deletes keys idle at time d, examining at most budget of them.
-func (s *Store) evict(shd *shard, d int64, budget int) {
-	if s.noEvict {
-		return
-	}
-	shd.m.scan(budget, func(e *entry) bool {
-		if e.idle > d {
-			return false
-		}
-		s.keys.Add(-1)
-		s.evictions.Add(1)
-		return true
-	})
-	n := 0
-	for k, sl := range shd.leases {
-		if n++; n > budget {
-			break
-		}
-		if sl.prune(d); len(sl.ids) == 0 {
-			delete(shd.leases, k)
-			s.keys.Add(-1)
-			s.evictions.Add(1)
-		}
-	}
-}
-
-// Release implements store.Store.
-func (s *Store) Release(ctx context.Context, lease store.Lease) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	d, _ := s.now()
-	for _, key := range lease.Keys {
-		shd := &s.shards[s.shardOf(key)]
-		shd.mu.Lock()
-		if sl := shd.leases[key]; sl != nil {
-			for i, id := range sl.ids {
-				if id == lease.ID {
-					last := len(sl.ids) - 1
-					sl.ids[i], sl.exp[i] = sl.ids[last], sl.exp[last]
-					sl.ids, sl.exp = sl.ids[:last], sl.exp[:last]
-					// The set is idle sooner: when its last lease left
-					// expires, or now.
-					idle := d
-					if last > 0 {
-						idle = slices.Max(sl.exp)
-					}
-					shd.noteIdle(idle)
-					break
-				}
-			}
-		}
-		shd.mu.Unlock()
-	}
-	return nil
 }
 
 // Close implements store.Store; later calls fail with store.ErrClosed.

@@ -1,0 +1,82 @@
+package memstore
+
+// Adjust: corrections to items taken earlier.
+
+import (
+	"context"
+
+	"github.com/sluicehq/sluice/store"
+)
+
+// Adjust implements store.Store. A charge to a key that was evicted needs
+// a new key: when the store holds its cap and no idle key can be evicted,
+// that charge is dropped, and Adjust, having applied the others, returns a
+// *store.FullError for the first such key.
+func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	d, wall := s.now()
+	wall = s.wall(wall, d)
+	var err error
+	for _, a := range adj {
+		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || a.Delta == 0 {
+			continue
+		}
+		if a.Delta < 0 && wall >= a.RefundBefore {
+			continue // refilled or a new window: returning it would create credit
+		}
+		h := s.hash(a.Key)
+		shd := &s.shards[shardOf(h)]
+		shd.mu.Lock()
+		ok := s.adjust1(shd, h, a, d, wall)
+		shd.mu.Unlock()
+		if !ok && s.makeRoom(d) { // (holding no lock, as in take)
+			shd.mu.Lock()
+			ok = s.adjust1(shd, h, a, d, wall)
+			shd.mu.Unlock()
+		}
+		if !ok && err == nil {
+			err = s.fullError(a.Key, s.keys.Load(), d)
+		}
+	}
+	return err
+}
+
+// adjust1 applies a in its locked shard; false when it needs a new key and
+// finds no room.
+func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64) bool {
+	e := shd.m.get(h, a.Key)
+	exists := e != nil
+	if !exists {
+		if a.Delta < 0 {
+			return true // nothing to return to
+		}
+		// The key was evicted (its state was new again): the charge
+		// still counts, against a new state.
+		if !s.room1(shd, d, true) {
+			return false
+		}
+		if e = shd.m.insert(h, a.Key, entry{}); e == nil { // (room1 saw room in the table)
+			s.keys.Add(-1)
+			return false
+		}
+	}
+	adjustEntry(a, &e.entry, exists, d, wall)
+	if e.idle < shd.low {
+		shd.noteIdle(e.idle) // (a refund makes a key idle sooner)
+	}
+	return true
+}
+
+// adjustEntry applies a to the key's state e (exists tells whether it
+// had one) by the kind's rule.
+func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
+	st, dec, ok := a.Spec.Adjust(e.st, exists, store.Now{Mono: d, Wall: wall}, a.Delta)
+	if !ok {
+		return
+	}
+	// The idle time exactly, as step sets it: a later take must not find
+	// it earlier (see noteIdle).
+	e.st, e.idle = st, idleAt(d, int64(dec.ResetAfter))
+}

@@ -1,0 +1,122 @@
+package memstore
+
+// In-flight slots (Concurrency items): taking, expiring and releasing them.
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
+)
+
+type slots struct {
+	ids []string
+	exp []int64 // ns since t0
+}
+
+// takeSlot takes an in-flight slot for a Concurrency item (whose key the
+// store may keep); it reports whether it created the key's lease set (a
+// new key, which the caller has counted against the cap).
+func (s *Store) takeSlot(shd *shard, it *store.Item, d int64, res *store.Result) bool {
+	if it.Cost == 0 {
+		return false
+	}
+	if res.Lease.ID == "" {
+		res.Lease.ID = s.leaseBase + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+	}
+	sl := shd.leases[it.Key]
+	created := sl == nil
+	if created {
+		sl = &slots{}
+		shd.leases[it.Key] = sl
+	}
+	exp := d + int64(it.Spec.LeaseTTL)
+	sl.ids = append(sl.ids, res.Lease.ID)
+	sl.exp = append(sl.exp, exp)
+	res.Lease.Keys = append(res.Lease.Keys, it.Key)
+	if created && exp < shd.low { // (a set's idle time only grows with its slots)
+		shd.noteIdle(exp)
+	}
+	return created
+}
+
+// peekSlots decides a Concurrency item without taking the slot; it returns
+// the key's lease set too (nil: none).
+func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, *slots) {
+	sl := shd.leases[it.Key]
+	live := int64(0)
+	var first, last int64 = math.MaxInt64, 0
+	if sl != nil {
+		sl.prune(d)
+		live = int64(len(sl.ids))
+		for _, e := range sl.exp {
+			first, last = min(first, e), max(last, e)
+		}
+	}
+	max := it.Spec.MaxInFlight
+	dec := sluice.Decision{}
+	take := int64(0)
+	if it.Cost > 0 {
+		take = 1
+	}
+	if live+take <= max {
+		dec.Allowed = true
+		dec.Remaining = max - live - take
+		if take > 0 {
+			last = d + int64(it.Spec.LeaseTTL)
+		}
+	} else {
+		dec.Remaining = 0
+		dec.RetryAfter = time.Duration(first - d)
+	}
+	if last > d {
+		dec.ResetAfter = time.Duration(last - d)
+	}
+	return dec, sl
+}
+
+func (sl *slots) prune(d int64) {
+	j := 0
+	for i := range sl.ids {
+		if sl.exp[i] > d {
+			sl.ids[j], sl.exp[j] = sl.ids[i], sl.exp[i]
+			j++
+		}
+	}
+	sl.ids, sl.exp = sl.ids[:j], sl.exp[:j]
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, lease store.Lease) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	d, _ := s.now()
+	for _, key := range lease.Keys {
+		shd := &s.shards[s.shardOf(key)]
+		shd.mu.Lock()
+		if sl := shd.leases[key]; sl != nil {
+			for i, id := range sl.ids {
+				if id == lease.ID {
+					last := len(sl.ids) - 1
+					sl.ids[i], sl.exp[i] = sl.ids[last], sl.exp[last]
+					sl.ids, sl.exp = sl.ids[:last], sl.exp[:last]
+					// The set is idle sooner: when its last lease left
+					// expires, or now.
+					idle := d
+					if last > 0 {
+						idle = slices.Max(sl.exp)
+					}
+					shd.noteIdle(idle)
+					break
+				}
+			}
+		}
+		shd.mu.Unlock()
+	}
+	return nil
+}
