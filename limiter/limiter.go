@@ -110,97 +110,6 @@ type Result struct {
 	scratch *scratch // CheckInto's working space
 }
 
-// Receipt records what an admitted Check took from each limit, so that
-// Settle can correct it once the real cost is known. The zero Receipt
-// records nothing.
-type Receipt struct {
-	taken  []store.Adjustment // Delta holds the cost taken
-	limits []string           // the limit of each
-}
-
-// Empty reports whether the receipt records nothing.
-func (r Receipt) Empty() bool { return len(r.taken) == 0 }
-
-type receiptEntry struct {
-	Limit        string `json:"limit"`
-	Key          string `json:"key"`
-	Cost         int64  `json:"cost"`
-	RefundBefore int64  `json:"refund_before"`
-}
-
-// MarshalBinary encodes the receipt (JSON), so that another process with
-// the same policy can settle it (UnmarshalReceipt).
-func (r Receipt) MarshalBinary() ([]byte, error) {
-	out := make([]receiptEntry, len(r.taken))
-	for i, t := range r.taken {
-		out[i] = receiptEntry{Limit: r.limits[i], Key: t.Key, Cost: t.Delta, RefundBefore: t.RefundBefore}
-	}
-	return json.Marshal(out)
-}
-
-// UnmarshalReceipt decodes a receipt made by MarshalBinary against the
-// policy in force: entries of limits it no longer has are dropped (their
-// state is gone or no longer applies).
-func (l *Limiter) UnmarshalReceipt(b []byte) (Receipt, error) {
-	var in []receiptEntry
-	if err := json.Unmarshal(b, &in); err != nil {
-		return Receipt{}, fmt.Errorf("limiter: bad receipt: %w", err)
-	}
-	c := l.compiled.Load()
-	var r Receipt
-	for _, e := range in {
-		i := c.index(e.Limit)
-		if i < 0 || e.Key == "" || e.Cost < 0 {
-			continue
-		}
-		r.taken = append(r.taken, store.Adjustment{Key: e.Key, Spec: c.specs[i], Delta: e.Cost, RefundBefore: e.RefundBefore})
-		r.limits = append(r.limits, e.Limit)
-	}
-	return r, nil
-}
-
-// Settle replaces the cost an admitted request took (its receipt) by
-// actual, for costs known only afterwards (LLM tokens, bytes): a smaller
-// actual returns the difference to every limit it was taken from, exactly,
-// as long as those tokens are not yet refilled (later, nothing is returned:
-// a late refund never creates credit); a larger one takes the excess at
-// once, pushing token buckets into debt so later requests wait — at most
-// one capacity of debt (a bucket never holds fewer than -B tokens after a
-// settle: bucket.Params.Charge), so that no actual cost, however large,
-// locks a limit shared by others for longer than twice its refill time. A
-// negative actual is sluice.ErrInvalidCost and changes nothing.
-func (l *Limiter) Settle(ctx context.Context, r Receipt, actual int64) error {
-	if actual < 0 {
-		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
-	}
-	if err := l.CheckSettle(r, actual); err != nil {
-		return err
-	}
-	adj := make([]store.Adjustment, 0, len(r.taken))
-	for _, t := range r.taken {
-		t.Delta = actual - t.Delta
-		if t.Delta != 0 {
-			adj = append(adj, t)
-		}
-	}
-	if len(adj) == 0 {
-		return nil
-	}
-	if err := l.st.Adjust(ctx, adj); err != nil {
-		return fmt.Errorf("limiter: %w", err)
-	}
-	return nil
-}
-
-// CheckSettle reports what Settle(r, actual) would refuse without changing
-// anything: a negative actual (sluice.ErrInvalidCost).
-func (l *Limiter) CheckSettle(r Receipt, actual int64) error {
-	if actual < 0 {
-		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
-	}
-	return nil
-}
-
 // CostError is returned when a cost exceeds the capacity of an applicable
 // limit: such a request can never be admitted (all or nothing), so
 // retrying is useless. It matches sluice.ErrCostExceedsCapacity.
@@ -448,9 +357,52 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	if cost == 0 {
 		cost = c.p.Cost(req.Descriptors)
 	}
+	items, which, ends, user, key, err := l.buildItems(c, req, cost, res, sc)
+	if err != nil {
+		return err
+	}
+	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
+	res.Allowed, res.Cost = true, cost
+	if len(items) == 0 {
+		l.observe(c, nil, res, req, start, timed)
+		return nil
+	}
+	// The keys, now that the buffer has stopped growing: borrowed from it
+	// when the store copies what it keeps (and hands back keys it owns),
+	// else copied.
+	borrows := l.kb != nil
+	from := 0
+	for j := range items {
+		if borrows {
+			items[j].Key = unsafe.String(&key[from], ends[j]-from)
+		} else {
+			items[j].Key = string(key[from:ends[j]])
+		}
+		from = ends[j]
+	}
+	if err := l.take(ctx, c, req, res, items, which, user, borrows); err != nil {
+		return err
+	}
+	if res.Allowed && !req.Peek && req.Receipt {
+		for i := range items {
+			if it := &items[i]; !it.Spec.HoldsSlots() && it.Cost > 0 {
+				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
+				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
+			}
+		}
+	}
+	l.observe(c, which, res, req, start, timed)
+	return nil
+}
+
+// buildItems renders the keys of the limits that apply to req into sc's
+// buffer and makes one item per limit (cost per limit: 1 slot for an
+// in-flight cap, 0 for a peek), with its status in res.Limits; a
+// *CostError when the cost exceeds a limit's capacity.
+func (l *Limiter) buildItems(c *compiled, req Request, cost int64, res *Result, sc *scratch) (items []store.Item, which, ends, user []int, key []byte, err error) {
 	// (The items of the last check stay in the scratch until the next one
 	// overwrites them: keys the store owns, a few at most.)
-	items, which, ends, user, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
+	items, which, ends, user, key = sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
 	limits := res.Limits[:0]
 	for i, lim := range c.p.Limits {
 		from := len(key)
@@ -471,7 +423,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			itemCost = 1
 		} else if itemCost > c.status[i].Capacity {
 			sc.key = key[:0]
-			return &CostError{Limit: lim.Name, Cost: itemCost, Capacity: c.status[i].Capacity}
+			return nil, nil, nil, nil, nil, &CostError{Limit: lim.Name, Cost: itemCost, Capacity: c.status[i].Capacity}
 		}
 		if req.Peek {
 			itemCost = 0
@@ -481,25 +433,15 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		limits = append(limits, c.status[i])
 		limits[len(limits)-1].TokenCost = itemCost
 	}
-	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
-	res.Allowed, res.Limits, res.Cost = true, limits, cost
-	if len(items) == 0 {
-		l.observe(c, nil, res, req, start, timed)
-		return nil
-	}
-	// The keys, now that the buffer has stopped growing: borrowed from it
-	// when the store copies what it keeps (and hands back keys it owns),
-	// else copied.
-	kb, borrows := l.kb, l.kb != nil
-	from := 0
-	for j := range items {
-		if borrows {
-			items[j].Key = unsafe.String(&key[from], ends[j]-from)
-		} else {
-			items[j].Key = string(key[from:ends[j]])
-		}
-		from = ends[j]
-	}
+	res.Limits = limits
+	return items, which, ends, user, key, nil
+}
+
+// take decides items on the store, trying again after RetryAfter while
+// req.MaxWait allows (and ctx lasts), and writes the decisions into res.
+// borrows: the items' keys are lent (see store.KeyBorrower).
+func (l *Limiter) take(ctx context.Context, c *compiled, req Request, res *Result, items []store.Item, which, user []int, borrows bool) error {
+	kb := l.kb
 	var deadline time.Time
 	if req.MaxWait > 0 {
 		deadline = time.Now().Add(req.MaxWait)
@@ -536,40 +478,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			break // ctx ended: report the refusal
 		}
 	}
-	if res.Allowed && !req.Peek && req.Receipt {
-		for i := range items {
-			if it := &items[i]; !it.Spec.HoldsSlots() && it.Cost > 0 {
-				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
-				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
-			}
-		}
-	}
-	l.observe(c, which, res, req, start, timed)
 	return nil
-}
-
-// shownKeys rewrites the key a store's FullError names into what statuses
-// show: the caller's part of the key (no limit prefix, state tag or hash
-// tag), its redacted descriptors as hashes, after the limit's name.
-func (l *Limiter) shownKeys(c *compiled, err error, items []store.Item, which, user []int, desc map[string]string) error {
-	var fe *store.FullError
-	if !errors.As(err, &fe) {
-		return err
-	}
-	for i := range items {
-		if items[i].Key != fe.Key {
-			continue
-		}
-		lim := c.p.Limits[which[i]]
-		shown := items[i].Key[user[i]:]
-		if len(c.p.Redact) > 0 {
-			shown, _ = c.p.DisplayKey(lim, desc)
-		}
-		e := *fe
-		e.Key = lim.Name + " " + shown
-		return &e
-	}
-	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -589,165 +498,4 @@ func (l *Limiter) Release(ctx context.Context, lease store.Lease) error {
 		return nil
 	}
 	return l.st.Release(ctx, lease)
-}
-
-func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, start time.Time, timed bool) {
-	if timed {
-		l.m.latency.Observe(time.Since(start).Seconds())
-	}
-	if req.Peek {
-		return // a peek decides nothing: not counted, not logged as refused
-	}
-	attempt := 0
-	if req.Retry {
-		attempt = 1
-	}
-	for j := range res.Limits {
-		st := &res.Limits[j]
-		result := 0
-		if !st.Allowed {
-			result = 1
-		}
-		c.counters[which[j]][result][attempt].Inc()
-		if !st.Allowed && l.log != nil {
-			l.logRefusal(c, which[j], st, req)
-		}
-	}
-}
-
-// logRefusal logs a limit's refusal with the fields of its kind: a token
-// bucket's are the behaviour contract's (bucket_capacity,
-// refill_per_second, token_cost, tokens_remaining), a window's its limit
-// and length, an in-flight cap's max_in_flight and in_flight. Durations are
-// milliseconds; the key shows redacted descriptors as a hash.
-func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
-	lim := c.p.Limits[i]
-	key := st.Key
-	if len(c.p.Redact) > 0 {
-		key, _ = c.p.DisplayKey(lim, req.Descriptors)
-	}
-	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs, slog.String("limiter", st.Name), slog.String("result", "rejected"), slog.String("algorithm", st.Algorithm))
-	switch lim.Kind {
-	case policy.Concurrency:
-		attrs = append(attrs, slog.Int64("max_in_flight", st.Capacity), slog.Int64("in_flight", st.Capacity-st.TokensRemaining))
-	case policy.SlidingWindow, policy.FixedWindow:
-		attrs = append(attrs, slog.Int64("window_limit", st.Capacity), slog.Int64("window_ms", st.Window.Milliseconds()),
-			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
-	default:
-		attrs = append(attrs, slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),
-			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
-	}
-	attrs = append(attrs, slog.String("key", key), slog.Bool("retry", req.Retry), slog.Int64("retry_after_ms", CeilMS(st.RetryAfter)))
-	l.logf(slog.LevelInfo, "rate limit: request refused", attrs...)
-}
-
-// logf writes a record within the log budget.
-func (l *Limiter) logf(level slog.Level, msg string, attrs ...slog.Attr) {
-	if l.log == nil {
-		return
-	}
-	if d, _ := l.logs.Allow(1); !d.Allowed {
-		l.suppressed.Add(1)
-		return
-	}
-	if n := l.suppressed.Swap(0); n > 0 {
-		attrs = append(attrs, slog.Int64("suppressed", n))
-	}
-	l.log.LogAttrs(context.Background(), level, msg, attrs...)
-}
-
-// ManyResult is the outcome of CheckMany.
-type ManyResult struct {
-	// Allowed is true when every request was admitted by all its limits;
-	// when false, nothing was taken from any limit of any request.
-	Allowed bool
-	// RetryAfter is, when refused, the wait until every limit could admit.
-	RetryAfter time.Duration
-	// Lease holds the in-flight slots taken, if any.
-	Lease store.Lease
-	// Results has one result per request, in order: its own limits'
-	// statuses, and Allowed when all of them could admit.
-	Results []Result
-}
-
-// CheckMany decides several requests as one, all or nothing: either every
-// applicable limit of every request takes its cost, or none takes
-// anything. A bucket that several requests share takes the sum of their
-// costs (an in-flight slot is taken once). It is the admission of Envoy's
-// multi-descriptor requests. Errors are as for Check; MaxWait is ignored.
-func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, error) {
-	c := l.compiled.Load()
-	var items []store.Item
-	index := map[string]int{}
-	out := ManyResult{Allowed: true, Results: make([]Result, len(reqs))}
-	refs := make([][]int, len(reqs))
-	for r, req := range reqs {
-		if req.Cost < 0 {
-			return ManyResult{}, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
-		}
-		cost := req.Cost
-		if cost == 0 {
-			cost = c.p.Cost(req.Descriptors)
-		}
-		out.Results[r] = Result{Allowed: true, Cost: cost}
-		for i, lim := range c.p.Limits {
-			key, ok := lim.Match(req.Descriptors)
-			if !ok {
-				continue
-			}
-			itemCost := cost
-			if lim.Kind == policy.Concurrency {
-				itemCost = 1
-			}
-			if req.Peek {
-				itemCost = 0
-			}
-			full := c.prefix[i] + key
-			if lim.HashTag != "" {
-				full = string(lim.AppendHashTag(nil, req.Descriptors)) + full
-			}
-			j, seen := index[full]
-			switch {
-			case !seen:
-				j = len(items)
-				index[full] = j
-				items = append(items, store.Item{Key: full, Spec: c.specs[i], Cost: itemCost})
-			case lim.Kind == policy.Concurrency:
-				items[j].Cost = max(items[j].Cost, itemCost)
-			default:
-				items[j].Cost += itemCost
-			}
-			if lim.Kind != policy.Concurrency && items[j].Cost > lim.Capacity() {
-				return ManyResult{}, &CostError{Limit: lim.Name, Cost: items[j].Cost, Capacity: lim.Capacity()}
-			}
-			refs[r] = append(refs[r], j)
-			st := statusOf(lim)
-			st.Key, st.TokenCost = key, itemCost
-			out.Results[r].Limits = append(out.Results[r].Limits, st)
-		}
-	}
-	if len(items) > 0 {
-		res, err := l.st.Take(ctx, items)
-		if err != nil {
-			l.m.errors.Inc()
-			return ManyResult{}, fmt.Errorf("limiter: %w", err)
-		}
-		out.Allowed, out.Lease = res.Allowed, res.Lease
-	}
-	for r := range out.Results {
-		res := &out.Results[r]
-		which := make([]int, 0, len(refs[r]))
-		for k, j := range refs[r] {
-			d := items[j].Decision
-			st := &res.Limits[k]
-			st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
-			res.Allowed = res.Allowed && d.Allowed
-			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
-			out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
-			which = append(which, c.index(st.Name))
-		}
-		l.observe(c, which, res, reqs[r], time.Time{}, false)
-	}
-	return out, nil
 }

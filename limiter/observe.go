@@ -1,0 +1,103 @@
+package limiter
+
+// Metrics and logs of decisions.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
+)
+
+// shownKeys rewrites the key a store's FullError names into what statuses
+// show: the caller's part of the key (no limit prefix, state tag or hash
+// tag), its redacted descriptors as hashes, after the limit's name.
+func (l *Limiter) shownKeys(c *compiled, err error, items []store.Item, which, user []int, desc map[string]string) error {
+	var fe *store.FullError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	for i := range items {
+		if items[i].Key != fe.Key {
+			continue
+		}
+		lim := c.p.Limits[which[i]]
+		shown := items[i].Key[user[i]:]
+		if len(c.p.Redact) > 0 {
+			shown, _ = c.p.DisplayKey(lim, desc)
+		}
+		e := *fe
+		e.Key = lim.Name + " " + shown
+		return &e
+	}
+	return err
+}
+
+func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, start time.Time, timed bool) {
+	if timed {
+		l.m.latency.Observe(time.Since(start).Seconds())
+	}
+	if req.Peek {
+		return // a peek decides nothing: not counted, not logged as refused
+	}
+	attempt := 0
+	if req.Retry {
+		attempt = 1
+	}
+	for j := range res.Limits {
+		st := &res.Limits[j]
+		result := 0
+		if !st.Allowed {
+			result = 1
+		}
+		c.counters[which[j]][result][attempt].Inc()
+		if !st.Allowed && l.log != nil {
+			l.logRefusal(c, which[j], st, req)
+		}
+	}
+}
+
+// logRefusal logs a limit's refusal with the fields of its kind: a token
+// bucket's are the behaviour contract's (bucket_capacity,
+// refill_per_second, token_cost, tokens_remaining), a window's its limit
+// and length, an in-flight cap's max_in_flight and in_flight. Durations are
+// milliseconds; the key shows redacted descriptors as a hash.
+func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
+	lim := c.p.Limits[i]
+	key := st.Key
+	if len(c.p.Redact) > 0 {
+		key, _ = c.p.DisplayKey(lim, req.Descriptors)
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs, slog.String("limiter", st.Name), slog.String("result", "rejected"), slog.String("algorithm", st.Algorithm))
+	switch lim.Kind {
+	case policy.Concurrency:
+		attrs = append(attrs, slog.Int64("max_in_flight", st.Capacity), slog.Int64("in_flight", st.Capacity-st.TokensRemaining))
+	case policy.SlidingWindow, policy.FixedWindow:
+		attrs = append(attrs, slog.Int64("window_limit", st.Capacity), slog.Int64("window_ms", st.Window.Milliseconds()),
+			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
+	default:
+		attrs = append(attrs, slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),
+			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
+	}
+	attrs = append(attrs, slog.String("key", key), slog.Bool("retry", req.Retry), slog.Int64("retry_after_ms", CeilMS(st.RetryAfter)))
+	l.logf(slog.LevelInfo, "rate limit: request refused", attrs...)
+}
+
+// logf writes a record within the log budget.
+func (l *Limiter) logf(level slog.Level, msg string, attrs ...slog.Attr) {
+	if l.log == nil {
+		return
+	}
+	if d, _ := l.logs.Allow(1); !d.Allowed {
+		l.suppressed.Add(1)
+		return
+	}
+	if n := l.suppressed.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("suppressed", n))
+	}
+	l.log.LogAttrs(context.Background(), level, msg, attrs...)
+}

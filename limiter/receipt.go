@@ -1,0 +1,103 @@
+package limiter
+
+// Receipts: what an admitted check took, and Settle, which corrects it.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Receipt records what an admitted Check took from each limit, so that
+// Settle can correct it once the real cost is known. The zero Receipt
+// records nothing.
+type Receipt struct {
+	taken  []store.Adjustment // Delta holds the cost taken
+	limits []string           // the limit of each
+}
+
+// Empty reports whether the receipt records nothing.
+func (r Receipt) Empty() bool { return len(r.taken) == 0 }
+
+type receiptEntry struct {
+	Limit        string `json:"limit"`
+	Key          string `json:"key"`
+	Cost         int64  `json:"cost"`
+	RefundBefore int64  `json:"refund_before"`
+}
+
+// MarshalBinary encodes the receipt (JSON), so that another process with
+// the same policy can settle it (UnmarshalReceipt).
+func (r Receipt) MarshalBinary() ([]byte, error) {
+	out := make([]receiptEntry, len(r.taken))
+	for i, t := range r.taken {
+		out[i] = receiptEntry{Limit: r.limits[i], Key: t.Key, Cost: t.Delta, RefundBefore: t.RefundBefore}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalReceipt decodes a receipt made by MarshalBinary against the
+// policy in force: entries of limits it no longer has are dropped (their
+// state is gone or no longer applies).
+func (l *Limiter) UnmarshalReceipt(b []byte) (Receipt, error) {
+	var in []receiptEntry
+	if err := json.Unmarshal(b, &in); err != nil {
+		return Receipt{}, fmt.Errorf("limiter: bad receipt: %w", err)
+	}
+	c := l.compiled.Load()
+	var r Receipt
+	for _, e := range in {
+		i := c.index(e.Limit)
+		if i < 0 || e.Key == "" || e.Cost < 0 {
+			continue
+		}
+		r.taken = append(r.taken, store.Adjustment{Key: e.Key, Spec: c.specs[i], Delta: e.Cost, RefundBefore: e.RefundBefore})
+		r.limits = append(r.limits, e.Limit)
+	}
+	return r, nil
+}
+
+// Settle replaces the cost an admitted request took (its receipt) by
+// actual, for costs known only afterwards (LLM tokens, bytes): a smaller
+// actual returns the difference to every limit it was taken from, exactly,
+// as long as those tokens are not yet refilled (later, nothing is returned:
+// a late refund never creates credit); a larger one takes the excess at
+// once, pushing token buckets into debt so later requests wait — at most
+// one capacity of debt (a bucket never holds fewer than -B tokens after a
+// settle: bucket.Params.Charge), so that no actual cost, however large,
+// locks a limit shared by others for longer than twice its refill time. A
+// negative actual is sluice.ErrInvalidCost and changes nothing.
+func (l *Limiter) Settle(ctx context.Context, r Receipt, actual int64) error {
+	if actual < 0 {
+		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
+	}
+	if err := l.CheckSettle(r, actual); err != nil {
+		return err
+	}
+	adj := make([]store.Adjustment, 0, len(r.taken))
+	for _, t := range r.taken {
+		t.Delta = actual - t.Delta
+		if t.Delta != 0 {
+			adj = append(adj, t)
+		}
+	}
+	if len(adj) == 0 {
+		return nil
+	}
+	if err := l.st.Adjust(ctx, adj); err != nil {
+		return fmt.Errorf("limiter: %w", err)
+	}
+	return nil
+}
+
+// CheckSettle reports what Settle(r, actual) would refuse without changing
+// anything: a negative actual (sluice.ErrInvalidCost).
+func (l *Limiter) CheckSettle(r Receipt, actual int64) error {
+	if actual < 0 {
+		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
+	}
+	return nil
+}
