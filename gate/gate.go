@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -86,40 +85,6 @@ type Config struct {
 	Rand *rand.Rand
 }
 
-// Event describes one admission decision, for metrics.
-type Event struct {
-	Limiter         string        // Config.Name
-	Result          string        // "admitted" or "rejected"
-	Reason          string        // for rejections: "queue_full", "wait_too_long", "cost_exceeds_capacity", "invalid_cost", "canceled"
-	Retry           bool          // a retried attempt, not an original call
-	Attempt         int           // 1 for the original call
-	Cost            int64         // token_cost
-	Waited          time.Duration // time spent waiting for admission
-	Capacity        int64         // bucket_capacity
-	RefillPerSecond float64       // refill_per_second
-	TokensRemaining float64       // tokens_remaining after the decision
-}
-
-// Stats is a snapshot of a gate's counters.
-type Stats struct {
-	Admitted        uint64 // calls admitted, retries included
-	AdmittedRetries uint64 // of which retries
-	Retries         uint64 // retries started by Do (after a hinted or retryable error)
-	// Rejections by reason.
-	RejectedQueueFull   uint64
-	RejectedWaitTooLong uint64
-	RejectedCost        uint64 // cost above capacity or negative
-	Canceled            uint64 // waiters whose context ended
-	// Rejected is the same refusals keyed by Event.Reason ("queue_full",
-	// "wait_too_long", "cost_exceeds_capacity" with "invalid_cost",
-	// "canceled").
-	Rejected    map[string]uint64
-	Queued      int       // callers waiting now
-	InFlight    int       // calls admitted and not finished now
-	PausedUntil time.Time // zero unless a server hint pauses the gate
-	Tokens      float64   // tokens in the bucket now (negative: booked by waiters)
-}
-
 // Gate admits calls; see the package documentation. It is safe for
 // concurrent use. Create gates with New: a zero Gate admits nothing and
 // never panics; Do and Reserve return an error matching
@@ -150,17 +115,6 @@ type Gate struct {
 type counters struct {
 	admitted, admittedRetries, retries        atomic.Uint64
 	queueFull, waitTooLong, badCost, canceled atomic.Uint64
-}
-
-type waiter struct {
-	cost     int64
-	res      *bucket.Reservation
-	ready    time.Time // when the booked tokens are there
-	limit    time.Time // latest acceptable admission; zero: none
-	wake     chan struct{}
-	attempt  int
-	admitted bool  // a slot was handed over by dispatchLocked
-	err      error // set when rebooking failed
 }
 
 // errNotMade is the error of Do and Reserve on a zero Gate.
@@ -219,30 +173,6 @@ func (g *Gate) Config() Config { return g.cfg }
 
 // Limit returns the gate's token-bucket limit.
 func (g *Gate) Limit() bucket.Limit { return g.limit }
-
-// Stats returns a snapshot of the gate's counters.
-func (g *Gate) Stats() Stats {
-	c := &g.counters
-	s := Stats{
-		Admitted: c.admitted.Load(), AdmittedRetries: c.admittedRetries.Load(), Retries: c.retries.Load(),
-		RejectedQueueFull: c.queueFull.Load(), RejectedWaitTooLong: c.waitTooLong.Load(),
-		RejectedCost: c.badCost.Load(), Canceled: c.canceled.Load(),
-		Queued: int(g.queued.Load()), InFlight: int(g.inFlight.Load()),
-	}
-	if g.b != nil {
-		s.Tokens = g.b.Tokens()
-	}
-	s.Rejected = map[string]uint64{
-		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,
-		"cost_exceeds_capacity": s.RejectedCost, "canceled": s.Canceled,
-	}
-	g.mu.Lock()
-	if g.pausedUntil.After(g.now()) {
-		s.PausedUntil = g.pausedUntil
-	}
-	g.mu.Unlock()
-	return s
-}
 
 // Pause makes every caller, queued or new, wait until d from now (or the
 // later end of an earlier pause). Do calls it when a call returns a retry
@@ -341,38 +271,6 @@ func (g *Gate) takeSlot() bool {
 	}
 }
 
-// readyLocked returns when w may be admitted as far as tokens and the
-// server's pause go.
-func (g *Gate) readyLocked(w *waiter) time.Time {
-	if g.pausedUntil.After(w.ready) {
-		return g.pausedUntil
-	}
-	return w.ready
-}
-
-// dispatchLocked admits waiters from the head of the queue while they are
-// ready and slots are free, handing each its slot and waking it. A waiter
-// that cannot go yet sleeps until its ready time (its own timer) or until a
-// release hands it a slot.
-func (g *Gate) dispatchLocked(now time.Time) {
-	for len(g.queue) > 0 {
-		w := g.queue[0]
-		if w.err != nil || now.Before(g.readyLocked(w)) || !g.takeSlot() {
-			return
-		}
-		g.popLocked()
-		w.admitted = true
-		g.countAdmitted(w.attempt)
-		signal(w)
-	}
-}
-
-func (g *Gate) popLocked() {
-	g.queue[0] = nil
-	g.queue = g.queue[1:]
-	g.queued.Add(-1)
-}
-
 func (g *Gate) countAdmitted(attempt int) {
 	g.counters.admitted.Add(1)
 	if attempt > 1 {
@@ -436,71 +334,6 @@ func (g *Gate) run(ctx context.Context, fn func(context.Context) error) error {
 	return fn(ctx)
 }
 
-// beforeRetry sleeps the jittered backoff before retry number attempt-1, or
-// refuses at once when the server's pause or the backoff cannot end within
-// MaxWait or ctx's deadline.
-func (g *Gate) beforeRetry(ctx context.Context, attempt int, last error) error {
-	g.mu.Lock()
-	now := g.now()
-	delay := g.jitterLocked(attempt - 1)
-	pause := g.pausedUntil.Sub(now)
-	g.mu.Unlock()
-	g.counters.retries.Add(1)
-	need := max(delay, pause)
-	budget := g.budget(ctx, now)
-	if need > budget || (g.cfg.MaxWait > 0 && pause > g.cfg.MaxWait) {
-		err := sluice.Errorf(sluice.ErrWaitTooLong, "retry %d of %q would wait %v, more than the %v allowed", attempt-1, g.name, need, budget)
-		g.reject(err, "wait_too_long", 0, attempt, 0)
-		return joinErrors(err, last)
-	}
-	if delay <= 0 {
-		return nil
-	}
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return joinErrors(ctx.Err(), last)
-	}
-}
-
-// jitterLocked returns the backoff before retry n (1-based).
-func (g *Gate) jitterLocked(n int) time.Duration {
-	lo, hi := g.cfg.Retry.BaseDelay, g.cfg.Retry.MaxDelay
-	if lo == 0 && hi == 0 {
-		return 0
-	}
-	top := hi
-	if n < 62 && lo <= hi>>uint(n) {
-		top = lo << uint(n)
-	}
-	span := int64(top - lo)
-	if span <= 0 {
-		return lo
-	}
-	var r int64
-	if g.cfg.Rand != nil {
-		r = g.cfg.Rand.Int64N(span + 1)
-	} else {
-		r = rand.Int64N(span + 1)
-	}
-	return lo + time.Duration(r)
-}
-
-// budget is how long a caller arriving at now may wait for admission.
-func (g *Gate) budget(ctx context.Context, now time.Time) time.Duration {
-	b := time.Duration(math.MaxInt64)
-	if g.cfg.MaxWait > 0 {
-		b = g.cfg.MaxWait
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		b = min(b, max(dl.Sub(now), 0))
-	}
-	return b
-}
-
 // acquire admits cost: it returns once the tokens and a slot are taken,
 // with the reservation when wantRes is set (else nil).
 func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool) (*bucket.Reservation, error) {
@@ -518,12 +351,29 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// Fast path: nobody ahead, no pause, a slot: tokens now or not. The
-	// tokens are taken before the slot so that a slot is held only while
-	// the call runs. When only a slot is missing, yield a few times first:
-	// on a busy machine its holder is often a goroutine preempted before
-	// releasing it, and queueing behind it would turn every later caller
-	// into a waiter (a convoy) for nothing.
+	if r, ok := g.tryNow(cost, attempt, wantRes); ok {
+		return r, nil
+	}
+	w, now, err := g.enqueue(ctx, cost, attempt)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.wait(ctx, w, now); err != nil {
+		return nil, err
+	}
+	if !wantRes {
+		return nil, nil
+	}
+	return w.res, nil // rebooking may have replaced res
+}
+
+// tryNow is acquire's fast path: nobody ahead, no pause, a slot: tokens
+// now or not (ok false: queue). The tokens are taken before the slot so
+// that a slot is held only while the call runs. When only a slot is
+// missing, it yields a few times first: on a busy machine its holder is
+// often a goroutine preempted before releasing it, and queueing behind it
+// would turn every later caller into a waiter (a convoy) for nothing.
+func (g *Gate) tryNow(cost int64, attempt int, wantRes bool) (*bucket.Reservation, bool) {
 	for spin := 0; spin < 3 && g.queued.Load() == 0 && !g.paused.Load(); spin++ {
 		if g.cfg.MaxInFlight > 0 && g.inFlight.Load() >= int64(g.cfg.MaxInFlight) {
 			runtime.Gosched()
@@ -537,7 +387,7 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 			if g.takeSlot() {
 				g.countAdmitted(attempt)
 				g.observe("admitted", "", cost, attempt, 0)
-				return r, nil
+				return r, true
 			}
 			r.Cancel() // lost the last slot to another caller: exact refund
 			continue
@@ -549,232 +399,9 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 		if g.takeSlot() {
 			g.countAdmitted(attempt)
 			g.observe("admitted", "", cost, attempt, 0)
-			return nil, nil
+			return nil, true
 		}
 		g.b.Undo(receipt)
 	}
-	g.mu.Lock()
-	now := g.now()
-	if g.paused.Load() && !g.pausedUntil.After(now) {
-		g.pausedUntil = time.Time{}
-		g.paused.Store(false)
-	}
-	if len(g.queue) >= g.cfg.MaxQueue {
-		g.mu.Unlock()
-		var err error
-		if g.cfg.MaxQueue == 0 {
-			err = sluice.Errorf(sluice.ErrQueueFull, "%q: cannot wait: MaxQueue is 0, so no caller may wait (set Config.MaxQueue to let callers queue)", g.name)
-		} else {
-			err = sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
-		}
-		g.reject(err, "queue_full", cost, attempt, 0)
-		return nil, err
-	}
-	budget := g.budget(ctx, now)
-	pause := g.pausedUntil.Sub(now)
-	if pause > budget {
-		g.mu.Unlock()
-		err := sluice.Errorf(sluice.ErrWaitTooLong, "%q is paused by a server hint for %v, more than the %v allowed", g.name, pause, budget)
-		g.reject(err, "wait_too_long", cost, attempt, 0)
-		return nil, err
-	}
-	res, err := g.b.ReserveAt(now, cost, budget)
-	if err != nil {
-		g.mu.Unlock()
-		err = fmt.Errorf("%q: %w", g.name, err)
-		g.reject(err, "wait_too_long", cost, attempt, 0)
-		return nil, err
-	}
-	w := &waiter{cost: cost, res: res, ready: now.Add(res.DelayFrom(now)), wake: make(chan struct{}, 1), attempt: attempt}
-	if budget != time.Duration(math.MaxInt64) {
-		w.limit = now.Add(budget)
-	}
-	g.queue = append(g.queue, w)
-	g.queued.Add(1)
-	g.dispatchLocked(now) // it may go at once (a slot, and tokens now)
-	g.mu.Unlock()
-	if err := g.wait(ctx, w, now); err != nil {
-		return nil, err
-	}
-	if !wantRes {
-		return nil, nil
-	}
-	return w.res, nil // rebooking may have replaced res
-}
-
-// wait blocks until w, at the head of the queue, has its tokens, the pause
-// has passed and a slot is free; or until its limit or ctx ends it.
-func (g *Gate) wait(ctx context.Context, w *waiter, start time.Time) error {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		g.mu.Lock()
-		if w.err != nil {
-			g.removeLocked(w)
-			g.mu.Unlock()
-			return w.err
-		}
-		now := g.now()
-		if !w.admitted {
-			g.dispatchLocked(now)
-		}
-		if w.admitted {
-			g.mu.Unlock()
-			g.observe("admitted", "", w.cost, w.attempt, now.Sub(start))
-			return nil
-		}
-		ready := g.readyLocked(w)
-		if !w.limit.IsZero() && (ready.After(w.limit) || !now.Before(w.limit)) {
-			g.removeLocked(w)
-			g.mu.Unlock()
-			err := sluice.Errorf(sluice.ErrWaitTooLong, "%q: admission at %v would exceed the wait allowed (%v)",
-				g.name, ready.Sub(start), w.limit.Sub(start))
-			g.reject(err, "wait_too_long", w.cost, w.attempt, now.Sub(start))
-			return err
-		}
-		// Sleep until ready (if not yet), or the limit, or a signal.
-		var sleep time.Duration = -1
-		if now.Before(ready) {
-			sleep = ready.Sub(now)
-		} else if !w.limit.IsZero() {
-			sleep = w.limit.Sub(now)
-		}
-		g.mu.Unlock()
-		var tc <-chan time.Time
-		if sleep >= 0 {
-			if timer == nil {
-				timer = time.NewTimer(sleep)
-			} else {
-				timer.Reset(sleep)
-			}
-			tc = timer.C
-		}
-		select {
-		case <-w.wake:
-		case <-tc:
-		case <-ctx.Done():
-			g.mu.Lock()
-			admitted := w.admitted // handed a slot just before ctx ended
-			g.removeLocked(w)
-			g.mu.Unlock()
-			if admitted {
-				g.release()
-			}
-			g.reject(ctx.Err(), "canceled", w.cost, w.attempt, g.now().Sub(start))
-			return ctx.Err()
-		}
-	}
-}
-
-// removeLocked takes w out of the queue (if it is still there), returns its
-// tokens exactly, and books the waiters behind it again so that they move
-// forward.
-func (g *Gate) removeLocked(w *waiter) {
-	i := 0
-	for i < len(g.queue) && g.queue[i] != w {
-		i++
-	}
-	inQueue := i < len(g.queue)
-	if !inQueue {
-		i = -1 // admitted already: every waiter was booked after it
-	}
-	behind := append([]*waiter(nil), g.queue[i+1:]...)
-	for j := len(behind) - 1; j >= 0; j-- {
-		if behind[j].res != nil {
-			behind[j].res.Cancel()
-		}
-	}
-	if w.res != nil {
-		w.res.Cancel()
-	}
-	if inQueue {
-		g.queue = append(g.queue[:i], behind...)
-		g.queued.Add(-1)
-	}
-	now := g.now()
-	for _, v := range behind {
-		if v.err != nil {
-			continue
-		}
-		r, err := g.b.ReserveAt(now, v.cost, time.Duration(math.MaxInt64))
-		if err != nil {
-			// Cannot happen (the same tokens just came back), but if it did
-			// the waiter fails rather than run unpaid.
-			v.res, v.err = nil, err
-		} else {
-			v.res, v.ready = r, now.Add(r.DelayFrom(now))
-		}
-		signal(v)
-	}
-	g.dispatchLocked(now)
-}
-
-func joinErrors(err, last error) error {
-	return fmt.Errorf("%w (last attempt: %w)", err, last)
-}
-
-func (g *Gate) observe(result, reason string, cost int64, attempt int, waited time.Duration) {
-	if g.cfg.Observe == nil {
-		return
-	}
-	g.cfg.Observe(Event{
-		Limiter: g.name, Result: result, Reason: reason, Retry: attempt > 1, Attempt: attempt,
-		Cost: cost, Waited: waited, Capacity: g.limit.Capacity, RefillPerSecond: g.limit.Rate,
-		TokensRemaining: g.b.Tokens(),
-	})
-}
-
-// reject counts a refusal and reports it to Observe and the log.
-func (g *Gate) reject(err error, reason string, cost int64, attempt int, waited time.Duration) {
-	switch reason {
-	case "queue_full":
-		g.counters.queueFull.Add(1)
-	case "wait_too_long":
-		g.counters.waitTooLong.Add(1)
-	case "canceled":
-		g.counters.canceled.Add(1)
-	default:
-		g.counters.badCost.Add(1)
-	}
-	g.observe("rejected", reason, cost, attempt, waited)
-	if g.cfg.Logger == nil {
-		return
-	}
-	g.mu.Lock()
-	g.logLocked(slog.LevelInfo, "rate limit: call refused",
-		slog.String("result", "rejected"), slog.String("reason", reason),
-		slog.Int64("bucket_capacity", g.limit.Capacity), slog.Float64("refill_per_second", g.limit.Rate),
-		slog.Int64("token_cost", cost), slog.Float64("tokens_remaining", g.b.Tokens()),
-		slog.Bool("retry", attempt > 1), slog.Int("attempt", attempt), slog.Int64("waited_ms", ceilMS(waited)),
-		slog.String("error", err.Error()))
-	g.mu.Unlock()
-}
-
-// ceilMS is d in whole milliseconds, rounded up (the logs' unit).
-func ceilMS(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// logLocked writes a record if the log budget allows; g.mu must be held.
-func (g *Gate) logLocked(level slog.Level, msg string, attrs ...slog.Attr) {
-	if g.cfg.Logger == nil {
-		return
-	}
-	if d, _ := g.logs.Allow(1); !d.Allowed {
-		g.suppressed++
-		return
-	}
-	attrs = append(attrs, slog.String("limiter", g.name))
-	if g.suppressed > 0 {
-		attrs = append(attrs, slog.Int("suppressed", g.suppressed))
-		g.suppressed = 0
-	}
-	g.cfg.Logger.LogAttrs(context.Background(), level, msg, attrs...)
+	return nil, false
 }

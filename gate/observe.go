@@ -1,0 +1,134 @@
+package gate
+
+// Observability: Stats, Events and the logs.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Event describes one admission decision, for metrics.
+type Event struct {
+	Limiter         string        // Config.Name
+	Result          string        // "admitted" or "rejected"
+	Reason          string        // for rejections: "queue_full", "wait_too_long", "cost_exceeds_capacity", "invalid_cost", "canceled"
+	Retry           bool          // a retried attempt, not an original call
+	Attempt         int           // 1 for the original call
+	Cost            int64         // token_cost
+	Waited          time.Duration // time spent waiting for admission
+	Capacity        int64         // bucket_capacity
+	RefillPerSecond float64       // refill_per_second
+	TokensRemaining float64       // tokens_remaining after the decision
+}
+
+// Stats is a snapshot of a gate's counters.
+type Stats struct {
+	Admitted        uint64 // calls admitted, retries included
+	AdmittedRetries uint64 // of which retries
+	Retries         uint64 // retries started by Do (after a hinted or retryable error)
+	// Rejections by reason.
+	RejectedQueueFull   uint64
+	RejectedWaitTooLong uint64
+	RejectedCost        uint64 // cost above capacity or negative
+	Canceled            uint64 // waiters whose context ended
+	// Rejected is the same refusals keyed by Event.Reason ("queue_full",
+	// "wait_too_long", "cost_exceeds_capacity" with "invalid_cost",
+	// "canceled").
+	Rejected    map[string]uint64
+	Queued      int       // callers waiting now
+	InFlight    int       // calls admitted and not finished now
+	PausedUntil time.Time // zero unless a server hint pauses the gate
+	Tokens      float64   // tokens in the bucket now (negative: booked by waiters)
+}
+
+// Stats returns a snapshot of the gate's counters.
+func (g *Gate) Stats() Stats {
+	c := &g.counters
+	s := Stats{
+		Admitted: c.admitted.Load(), AdmittedRetries: c.admittedRetries.Load(), Retries: c.retries.Load(),
+		RejectedQueueFull: c.queueFull.Load(), RejectedWaitTooLong: c.waitTooLong.Load(),
+		RejectedCost: c.badCost.Load(), Canceled: c.canceled.Load(),
+		Queued: int(g.queued.Load()), InFlight: int(g.inFlight.Load()),
+	}
+	if g.b != nil {
+		s.Tokens = g.b.Tokens()
+	}
+	s.Rejected = map[string]uint64{
+		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,
+		"cost_exceeds_capacity": s.RejectedCost, "canceled": s.Canceled,
+	}
+	g.mu.Lock()
+	if g.pausedUntil.After(g.now()) {
+		s.PausedUntil = g.pausedUntil
+	}
+	g.mu.Unlock()
+	return s
+}
+
+func joinErrors(err, last error) error {
+	return fmt.Errorf("%w (last attempt: %w)", err, last)
+}
+
+func (g *Gate) observe(result, reason string, cost int64, attempt int, waited time.Duration) {
+	if g.cfg.Observe == nil {
+		return
+	}
+	g.cfg.Observe(Event{
+		Limiter: g.name, Result: result, Reason: reason, Retry: attempt > 1, Attempt: attempt,
+		Cost: cost, Waited: waited, Capacity: g.limit.Capacity, RefillPerSecond: g.limit.Rate,
+		TokensRemaining: g.b.Tokens(),
+	})
+}
+
+// reject counts a refusal and reports it to Observe and the log.
+func (g *Gate) reject(err error, reason string, cost int64, attempt int, waited time.Duration) {
+	switch reason {
+	case "queue_full":
+		g.counters.queueFull.Add(1)
+	case "wait_too_long":
+		g.counters.waitTooLong.Add(1)
+	case "canceled":
+		g.counters.canceled.Add(1)
+	default:
+		g.counters.badCost.Add(1)
+	}
+	g.observe("rejected", reason, cost, attempt, waited)
+	if g.cfg.Logger == nil {
+		return
+	}
+	g.mu.Lock()
+	g.logLocked(slog.LevelInfo, "rate limit: call refused",
+		slog.String("result", "rejected"), slog.String("reason", reason),
+		slog.Int64("bucket_capacity", g.limit.Capacity), slog.Float64("refill_per_second", g.limit.Rate),
+		slog.Int64("token_cost", cost), slog.Float64("tokens_remaining", g.b.Tokens()),
+		slog.Bool("retry", attempt > 1), slog.Int("attempt", attempt), slog.Int64("waited_ms", ceilMS(waited)),
+		slog.String("error", err.Error()))
+	g.mu.Unlock()
+}
+
+// ceilMS is d in whole milliseconds, rounded up (the logs' unit).
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// logLocked writes a record if the log budget allows; g.mu must be held.
+func (g *Gate) logLocked(level slog.Level, msg string, attrs ...slog.Attr) {
+	if g.cfg.Logger == nil {
+		return
+	}
+	if d, _ := g.logs.Allow(1); !d.Allowed {
+		g.suppressed++
+		return
+	}
+	attrs = append(attrs, slog.String("limiter", g.name))
+	if g.suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", g.suppressed))
+		g.suppressed = 0
+	}
+	g.cfg.Logger.LogAttrs(context.Background(), level, msg, attrs...)
+}

@@ -1,0 +1,215 @@
+package gate
+
+// The FIFO queue: booking a waiting caller, waking it, removing it.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
+)
+
+type waiter struct {
+	cost     int64
+	res      *bucket.Reservation
+	ready    time.Time // when the booked tokens are there
+	limit    time.Time // latest acceptable admission; zero: none
+	wake     chan struct{}
+	attempt  int
+	admitted bool  // a slot was handed over by dispatchLocked
+	err      error // set when rebooking failed
+}
+
+// readyLocked returns when w may be admitted as far as tokens and the
+// server's pause go.
+func (g *Gate) readyLocked(w *waiter) time.Time {
+	if g.pausedUntil.After(w.ready) {
+		return g.pausedUntil
+	}
+	return w.ready
+}
+
+// dispatchLocked admits waiters from the head of the queue while they are
+// ready and slots are free, handing each its slot and waking it. A waiter
+// that cannot go yet sleeps until its ready time (its own timer) or until a
+// release hands it a slot.
+func (g *Gate) dispatchLocked(now time.Time) {
+	for len(g.queue) > 0 {
+		w := g.queue[0]
+		if w.err != nil || now.Before(g.readyLocked(w)) || !g.takeSlot() {
+			return
+		}
+		g.popLocked()
+		w.admitted = true
+		g.countAdmitted(w.attempt)
+		signal(w)
+	}
+}
+
+func (g *Gate) popLocked() {
+	g.queue[0] = nil
+	g.queue = g.queue[1:]
+	g.queued.Add(-1)
+}
+
+// enqueue books cost for a caller that must wait and queues it (FIFO);
+// refused (with the error given to the caller) when the queue is full, a
+// pause lasts longer than the caller may wait, or the tokens would come
+// too late.
+func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int) (*waiter, time.Time, error) {
+	g.mu.Lock()
+	now := g.now()
+	if g.paused.Load() && !g.pausedUntil.After(now) {
+		g.pausedUntil = time.Time{}
+		g.paused.Store(false)
+	}
+	if len(g.queue) >= g.cfg.MaxQueue {
+		g.mu.Unlock()
+		var err error
+		if g.cfg.MaxQueue == 0 {
+			err = sluice.Errorf(sluice.ErrQueueFull, "%q: cannot wait: MaxQueue is 0, so no caller may wait (set Config.MaxQueue to let callers queue)", g.name)
+		} else {
+			err = sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
+		}
+		g.reject(err, "queue_full", cost, attempt, 0)
+		return nil, time.Time{}, err
+	}
+	budget := g.budget(ctx, now)
+	pause := g.pausedUntil.Sub(now)
+	if pause > budget {
+		g.mu.Unlock()
+		err := sluice.Errorf(sluice.ErrWaitTooLong, "%q is paused by a server hint for %v, more than the %v allowed", g.name, pause, budget)
+		g.reject(err, "wait_too_long", cost, attempt, 0)
+		return nil, time.Time{}, err
+	}
+	res, err := g.b.ReserveAt(now, cost, budget)
+	if err != nil {
+		g.mu.Unlock()
+		err = fmt.Errorf("%q: %w", g.name, err)
+		g.reject(err, "wait_too_long", cost, attempt, 0)
+		return nil, time.Time{}, err
+	}
+	w := &waiter{cost: cost, res: res, ready: now.Add(res.DelayFrom(now)), wake: make(chan struct{}, 1), attempt: attempt}
+	if budget != time.Duration(math.MaxInt64) {
+		w.limit = now.Add(budget)
+	}
+	g.queue = append(g.queue, w)
+	g.queued.Add(1)
+	g.dispatchLocked(now) // it may go at once (a slot, and tokens now)
+	g.mu.Unlock()
+	return w, now, nil
+}
+
+// wait blocks until w, at the head of the queue, has its tokens, the pause
+// has passed and a slot is free; or until its limit or ctx ends it.
+func (g *Gate) wait(ctx context.Context, w *waiter, start time.Time) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		g.mu.Lock()
+		if w.err != nil {
+			g.removeLocked(w)
+			g.mu.Unlock()
+			return w.err
+		}
+		now := g.now()
+		if !w.admitted {
+			g.dispatchLocked(now)
+		}
+		if w.admitted {
+			g.mu.Unlock()
+			g.observe("admitted", "", w.cost, w.attempt, now.Sub(start))
+			return nil
+		}
+		ready := g.readyLocked(w)
+		if !w.limit.IsZero() && (ready.After(w.limit) || !now.Before(w.limit)) {
+			g.removeLocked(w)
+			g.mu.Unlock()
+			err := sluice.Errorf(sluice.ErrWaitTooLong, "%q: admission at %v would exceed the wait allowed (%v)",
+				g.name, ready.Sub(start), w.limit.Sub(start))
+			g.reject(err, "wait_too_long", w.cost, w.attempt, now.Sub(start))
+			return err
+		}
+		// Sleep until ready (if not yet), or the limit, or a signal.
+		var sleep time.Duration = -1
+		if now.Before(ready) {
+			sleep = ready.Sub(now)
+		} else if !w.limit.IsZero() {
+			sleep = w.limit.Sub(now)
+		}
+		g.mu.Unlock()
+		var tc <-chan time.Time
+		if sleep >= 0 {
+			if timer == nil {
+				timer = time.NewTimer(sleep)
+			} else {
+				timer.Reset(sleep)
+			}
+			tc = timer.C
+		}
+		select {
+		case <-w.wake:
+		case <-tc:
+		case <-ctx.Done():
+			g.mu.Lock()
+			admitted := w.admitted // handed a slot just before ctx ended
+			g.removeLocked(w)
+			g.mu.Unlock()
+			if admitted {
+				g.release()
+			}
+			g.reject(ctx.Err(), "canceled", w.cost, w.attempt, g.now().Sub(start))
+			return ctx.Err()
+		}
+	}
+}
+
+// removeLocked takes w out of the queue (if it is still there), returns its
+// tokens exactly, and books the waiters behind it again so that they move
+// forward.
+func (g *Gate) removeLocked(w *waiter) {
+	i := 0
+	for i < len(g.queue) && g.queue[i] != w {
+		i++
+	}
+	inQueue := i < len(g.queue)
+	if !inQueue {
+		i = -1 // admitted already: every waiter was booked after it
+	}
+	behind := append([]*waiter(nil), g.queue[i+1:]...)
+	for j := len(behind) - 1; j >= 0; j-- {
+		if behind[j].res != nil {
+			behind[j].res.Cancel()
+		}
+	}
+	if w.res != nil {
+		w.res.Cancel()
+	}
+	if inQueue {
+		g.queue = append(g.queue[:i], behind...)
+		g.queued.Add(-1)
+	}
+	now := g.now()
+	for _, v := range behind {
+		if v.err != nil {
+			continue
+		}
+		r, err := g.b.ReserveAt(now, v.cost, time.Duration(math.MaxInt64))
+		if err != nil {
+			// Cannot happen (the same tokens just came back), but if it did
+			// the waiter fails rather than run unpaid.
+			v.res, v.err = nil, err
+		} else {
+			v.res, v.ready = r, now.Add(r.DelayFrom(now))
+		}
+		signal(v)
+	}
+	g.dispatchLocked(now)
+}
