@@ -1,33 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -170,43 +159,19 @@ func (c serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	var p *policy.Policy
-	var envoy atomic.Pointer[envoyState]
-	var last []byte // what the configuration in force was read from
-	if c.Config != "" {
-		if p, err = policy.Load(c.Config); err != nil {
-			return err
-		}
-		last = p.Source
-	} else {
-		last = dirDigest(c.EnvoyConfig)
-		cfg, err := envoyrls.LoadDir(c.EnvoyConfig)
-		if err != nil {
-			return envoyDirError(c.EnvoyConfig, err)
-		}
-		envoy.Store(&envoyState{cfg: cfg, version: digestVersion(last)})
+	s := &service{c: c, log: log}
+	if err := s.loadConfig(); err != nil {
+		return err
 	}
-	token := ""
-	if c.AuthTokenFile != "" {
-		b, err := os.ReadFile(c.AuthTokenFile)
-		if err != nil {
-			return fmt.Errorf("--auth-token-file: %w", err)
-		}
-		if token = strings.TrimSpace(string(b)); token == "" {
-			return errors.New("--auth-token-file: the file is empty")
-		}
+	token, err := c.authToken()
+	if err != nil {
+		return err
 	}
 	tlsCfg, err := c.loadTLS()
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reloads := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_reloads_total",
-		Help: "Reloads of the policy (or Envoy configuration) that took effect."})
-	reloadErrors := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_reload_errors_total",
-		Help: "Reloads rejected (the file unreadable or invalid); the configuration in force stays."})
-	reg.MustRegister(reloads, reloadErrors)
+	reg := s.registry()
 	st, shared, err := c.openStore(log, reg)
 	if err != nil {
 		return err
@@ -218,49 +183,13 @@ func (c serveCmd) Run(e *env) error {
 			st.Close()
 		}
 	}()
-	var lim *limiter.Limiter
-	if p != nil {
-		if lim, err = limiter.New(p, st, limiter.WithLogger(log), limiter.WithRegisterer(reg)); err != nil {
-			return err
-		}
-	}
-	bookCfg := book.Config{IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts}
-	var bk book.Book
-	if shared.redis != nil {
-		bk = redisstore.NewBook(shared.redis, bookCfg)
-	}
-	cfg := server.Config{
-		Limiter: lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
-		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts,
-		Book: bk, Logger: log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore,
-	}
-	if shared.ready != nil {
-		cfg.StoreMode = c.OnStoreError
-	}
-	if p == nil {
-		cfg.EnvoyPolicy = func() any {
-			es := envoy.Load()
-			return envoyPolicy{Version: es.version, Source: c.EnvoyConfig, Domains: es.cfg.Summary()}
-		}
-	}
-	srv, err := server.New(cfg)
+	srv, err := s.newServer(st, shared, reg, token)
 	if err != nil {
 		return err
 	}
-
-	// Listen on every address before serving any.
-	ln, err := net.Listen("tcp", c.HTTP)
+	ln, gln, err := c.listen()
 	if err != nil {
-		return fmt.Errorf("--http %s: %w", c.HTTP, err)
-	}
-	var gln *quietListener
-	if c.GRPC != "" {
-		l, err := net.Listen("tcp", c.GRPC)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--grpc: %w", err)
-		}
-		gln = newQuietListener(l)
+		return err
 	}
 	// Signals are caught from here on: a SIGTERM once "serving" is logged
 	// always drains.
@@ -271,341 +200,191 @@ func (c serveCmd) Run(e *env) error {
 	defer signal.Stop(stop)
 	defer signal.Stop(hup)
 
-	// Bounded reads and writes: a slow client cannot hold a connection
-	// forever (writes allow for requests held up to --max-wait).
-	fresh := &freshConns{m: map[net.Conn]struct{}{}}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: satAdd(c.MaxWait, 30*time.Second), IdleTimeout: 2 * time.Minute, TLSConfig: tlsCfg,
-		ConnState: fresh.track,
-		// net/http's own messages (a TLS handshake that failed, ...) are
-		// records of the structured log, not lines of plain text.
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 2)
 	started = true
-	go func() {
-		if tlsCfg != nil {
-			errc <- hs.ServeTLS(ln, "", "") // the certificate is in TLSConfig
-		} else {
-			errc <- hs.Serve(ln)
-		}
-	}()
-	var gs *grpc.Server
-	var svc *envoyrls.Service
-	grpcAddr := ""
-	if gln != nil {
-		var impl rls.RateLimitServiceServer
-		if p == nil {
-			svc = envoyrls.NewService(envoy.Load().cfg, st)
-			impl = svc
-		} else {
-			impl = envoyrls.NewPolicyService(lim)
-		}
-		gs = newGRPC(impl)
-		grpcAddr = gln.Addr().String()
-		go func() { errc <- gs.Serve(gln) }()
-	}
-	common := []any{"http", ln.Addr().String(), "grpc", grpcAddr, "tls", tlsCfg != nil, "version", versionString(), "store", shared.name}
-	if p != nil {
-		log.Info("sluice serving", append(common, "policy", c.Config, "policy_version", p.Version, "limits", len(p.Limits))...)
-	} else {
-		es := envoy.Load()
-		log.Info("sluice serving", append(common, "envoy_config", c.EnvoyConfig, "policy_version", es.version, "domains", len(es.cfg.Domains))...)
-	}
+	run, grpcAddr := s.start(st, srv.Handler(), ln, gln, tlsCfg)
+	s.logServing(ln.Addr().String(), grpcAddr, tlsCfg != nil, shared.name)
 	var tick <-chan time.Time
 	if c.Reload > 0 {
 		t := time.NewTicker(c.Reload)
 		defer t.Stop()
 		tick = t.C
 	}
-	lastReadErr := ""
-	reload := func(why string) {
-		if p == nil {
-			d := dirDigest(c.EnvoyConfig)
-			if why == "file change" && bytes.Equal(d, last) {
-				return
-			}
-			last = d
-			nc, err := envoyrls.LoadDir(c.EnvoyConfig)
-			if err != nil {
-				reloadErrors.Inc()
-				log.Error("envoy config reload rejected; the old configuration stays in force", "reason", why, "error", err,
-					"policy_version", envoy.Load().version)
-				return
-			}
-			es := &envoyState{cfg: nc, version: digestVersion(d)}
-			svc.SetConfig(nc)
-			envoy.Store(es)
-			reloads.Inc()
-			log.Info("envoy config reloaded", "reason", why, "policy_version", es.version, "domains", len(nc.Domains))
-			return
-		}
-		src, err := os.ReadFile(c.Config)
-		if err != nil {
-			// An unreadable file is reported once, not at every tick.
-			if why == "file change" && err.Error() == lastReadErr {
-				return
-			}
-			lastReadErr = err.Error()
-			reloadErrors.Inc()
-			log.Error("policy reload failed; the old policy stays in force", "reason", why, "error", err,
-				"policy_version", lim.Policy().Version)
-			return
-		}
-		lastReadErr = ""
-		if why == "file change" && bytes.Equal(src, last) {
-			return
-		}
-		last = src
-		np, err := policy.Parse(src)
-		if err == nil {
-			err = lim.SetPolicy(np)
-		}
-		if err != nil {
-			reloadErrors.Inc()
-			log.Error("policy reload rejected; the old policy stays in force", "reason", why, "error", err,
-				"policy_version", lim.Policy().Version)
-			return
-		}
-		reloads.Inc()
-		log.Info("policy reloaded", "reason", why, "policy_version", np.Version, "limits", len(np.Limits))
-	}
 	for {
 		select {
-		case err := <-errc:
-			// A server stopped serving: stop the other, then the store.
-			hs.Close()
-			if gs != nil {
-				gln.closeAll()
-				gs.Stop()
-			}
-			st.Close()
+		case err := <-run.errc:
+			run.stopAll()
 			return err
 		case <-hup:
-			reload("SIGHUP")
+			s.reload("SIGHUP")
 		case <-tick:
-			reload("file change")
+			s.reload("file change")
 		case sig := <-stop:
-			log.Info("shutting down: draining in-flight requests", "signal", sig.String())
-			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-			var wg sync.WaitGroup
-			var httpErr, grpcErr error
-			wg.Go(func() { httpErr = drainHTTP(ctx, hs, fresh) })
-			if gs != nil {
-				wg.Go(func() { grpcErr = drainGRPC(ctx, gs, gln) })
-			}
-			wg.Wait()
-			cancel()
-			// The store closes last: nothing can call it any more.
-			st.Close()
-			if err := errors.Join(httpErr, grpcErr); err != nil {
-				return fmt.Errorf("shutdown: %w", err)
-			}
-			log.Info("stopped")
-			return nil
+			return run.drain(log, sig)
 		}
 	}
 }
 
-// satAdd is a+b, at most the largest duration.
-func satAdd(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-// freshConns tracks the HTTP connections that have not yet sent a whole
-// request (http.StateNew): http.Server.Shutdown waits up to 5 s for those,
-// so the drain closes them itself.
-type freshConns struct {
-	mu sync.Mutex
-	m  map[net.Conn]struct{}
-}
-
-// track is the http.Server's ConnState hook.
-func (f *freshConns) track(c net.Conn, s http.ConnState) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s == http.StateNew {
-		f.m[c] = struct{}{}
-	} else {
-		delete(f.m, c)
-	}
-}
-
-// closeAll closes every connection that has sent no whole request.
-func (f *freshConns) closeAll() {
-	f.mu.Lock()
-	conns := make([]net.Conn, 0, len(f.m))
-	for c := range f.m {
-		conns = append(conns, c)
-		delete(f.m, c)
-	}
-	f.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
-}
-
-// drainHTTP stops hs: idle and fresh connections are closed at once (a
-// connection that has not sent a whole request when the drain starts is
-// not served), requests in flight finish until ctx ends, then every
-// connection is closed.
-func drainHTTP(ctx context.Context, hs *http.Server, fresh *freshConns) error {
-	done := make(chan error, 1)
-	go func() { done <- hs.Shutdown(ctx) }()
-	// Closed again while Shutdown runs: a connection accepted as it began
-	// may register after the first pass.
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		fresh.closeAll()
-		select {
-		case err := <-done:
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("HTTP requests still in flight after %v: %w", drainTimeout, err)
-			}
-			return nil
-		case <-t.C:
+// start serves HTTP on ln and, with gln, gRPC (the Envoy service of the
+// configuration in force); it returns what runs and the gRPC address.
+func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *quietListener, tlsCfg *tls.Config) (*running, string) {
+	run := &running{st: st, fresh: &freshConns{m: map[net.Conn]struct{}{}}, gln: gln, errc: make(chan error, 2)}
+	run.hs = s.c.httpServer(h, tlsCfg, run.fresh, s.log)
+	go func() {
+		if tlsCfg != nil {
+			run.errc <- run.hs.ServeTLS(ln, "", "") // the certificate is in TLSConfig
+		} else {
+			run.errc <- run.hs.Serve(ln)
 		}
-	}
-}
-
-// drainGRPC stops gs gracefully (GOAWAY; RPCs in flight finish) until ctx
-// ends, then closes every connection. Connections that have sent nothing
-// are closed at once (grpc waits for their handshake otherwise).
-func drainGRPC(ctx context.Context, gs *grpc.Server, ln *quietListener) error {
-	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		ln.closeQuiet()
-		select {
-		case <-done:
-			return nil
-		case <-t.C:
-		case <-ctx.Done():
-			ln.closeAll()
-			gs.Stop()
-			<-done
-			return fmt.Errorf("gRPC calls still in flight after %v", drainTimeout)
+	}()
+	grpcAddr := ""
+	if gln != nil {
+		var impl rls.RateLimitServiceServer
+		if s.p == nil {
+			s.svc = envoyrls.NewService(s.envoy.Load().cfg, st)
+			impl = s.svc
+		} else {
+			impl = envoyrls.NewPolicyService(s.lim)
 		}
+		run.gs = newGRPC(impl)
+		grpcAddr = gln.Addr().String()
+		go func() { run.errc <- run.gs.Serve(gln) }()
 	}
+	return run, grpcAddr
 }
 
-// quietListener tracks the connections it accepts, to close on shutdown
-// those that have sent nothing (closeQuiet) or all of them (closeAll).
-type quietListener struct {
-	net.Listener
-	mu    sync.Mutex
-	conns map[*heardConn]struct{}
+// service is what serve's Run holds while it serves: the configuration in
+// force (a policy, or an Envoy configuration), what it was read from, and
+// the reload counters.
+type service struct {
+	c                     serveCmd
+	log                   *slog.Logger
+	p                     *policy.Policy // nil in Envoy-config mode
+	envoy                 atomic.Pointer[envoyState]
+	last                  []byte // what the configuration in force was read from
+	lastReadErr           string
+	lim                   *limiter.Limiter
+	svc                   *envoyrls.Service
+	reloads, reloadErrors prometheus.Counter
 }
 
-func newQuietListener(l net.Listener) *quietListener {
-	return &quietListener{Listener: l, conns: map[*heardConn]struct{}{}}
-}
-
-// Accept implements net.Listener.
-func (l *quietListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
+// loadConfig reads --config or --envoy-config.
+func (s *service) loadConfig() error {
+	c := s.c
+	if c.Config != "" {
+		p, err := policy.Load(c.Config)
+		if err != nil {
+			return err
+		}
+		s.p, s.last = p, p.Source
+		return nil
+	}
+	s.last = dirDigest(c.EnvoyConfig)
+	cfg, err := envoyrls.LoadDir(c.EnvoyConfig)
 	if err != nil {
-		return nil, err
+		return envoyDirError(c.EnvoyConfig, err)
 	}
-	hc := &heardConn{Conn: c, l: l}
-	l.mu.Lock()
-	l.conns[hc] = struct{}{}
-	l.mu.Unlock()
-	return hc, nil
+	s.envoy.Store(&envoyState{cfg: cfg, version: digestVersion(s.last)})
+	return nil
 }
 
-func (l *quietListener) closeQuiet() {
-	l.mu.Lock()
-	var quiet []*heardConn
-	for c := range l.conns {
-		if !c.heard.Load() {
-			quiet = append(quiet, c)
+// authToken reads --auth-token-file ("" when not given).
+func (c serveCmd) authToken() (string, error) {
+	if c.AuthTokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(c.AuthTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--auth-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", errors.New("--auth-token-file: the file is empty")
+	}
+	return token, nil
+}
+
+// registry is the Prometheus registry of /metrics, with the Go and
+// process collectors and the reload counters.
+func (s *service) registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.reloads = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_reloads_total",
+		Help: "Reloads of the policy (or Envoy configuration) that took effect."})
+	s.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_reload_errors_total",
+		Help: "Reloads rejected (the file unreadable or invalid); the configuration in force stays."})
+	reg.MustRegister(s.reloads, s.reloadErrors)
+	return reg
+}
+
+// newServer makes the limiter (policy mode) and the HTTP/JSON server.
+func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.Registry, token string) (*server.Server, error) {
+	c := s.c
+	if s.p != nil {
+		var err error
+		if s.lim, err = limiter.New(s.p, st, limiter.WithLogger(s.log), limiter.WithRegisterer(reg)); err != nil {
+			return nil, err
 		}
 	}
-	l.mu.Unlock()
-	for _, c := range quiet {
-		c.Close()
+	bookCfg := book.Config{IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts}
+	var bk book.Book
+	if shared.redis != nil {
+		bk = redisstore.NewBook(shared.redis, bookCfg)
 	}
-}
-
-func (l *quietListener) closeAll() {
-	l.mu.Lock()
-	all := make([]*heardConn, 0, len(l.conns))
-	for c := range l.conns {
-		all = append(all, c)
+	cfg := server.Config{
+		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
+		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts,
+		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore,
 	}
-	l.mu.Unlock()
-	for _, c := range all {
-		c.Close()
+	if shared.ready != nil {
+		cfg.StoreMode = c.OnStoreError
 	}
-}
-
-// heardConn records whether its peer has sent anything.
-type heardConn struct {
-	net.Conn
-	l     *quietListener
-	heard atomic.Bool
-	once  sync.Once
-}
-
-// Read implements net.Conn.
-func (c *heardConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.heard.Store(true)
+	if s.p == nil {
+		cfg.EnvoyPolicy = func() any {
+			es := s.envoy.Load()
+			return envoyPolicy{Version: es.version, Source: c.EnvoyConfig, Domains: es.cfg.Summary()}
+		}
 	}
-	return n, err
+	return server.New(cfg)
 }
 
-// Close implements net.Conn.
-func (c *heardConn) Close() error {
-	c.once.Do(func() {
-		c.l.mu.Lock()
-		delete(c.l.conns, c)
-		c.l.mu.Unlock()
-	})
-	return c.Conn.Close()
-}
-
-// newGRPC is the gRPC server of Envoy's RateLimitService (from the policy
-// or Envoy's configuration), with the gRPC health service and reflection.
-func newGRPC(svc rls.RateLimitServiceServer) *grpc.Server {
-	// grpc-go's default, a goroutine per stream: fixed stream workers (2, 8
-	// or 64 of them) measured no faster at 1, 16 or 64 clients
-	// (BENCHMARKS.md, "gRPC stream workers"), and when they are all busy
-	// grpc-go starts a goroutine per stream anyway.
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 10))
-	rls.RegisterRateLimitServiceServer(gs, svc)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-	return gs
-}
-
-// digestVersion is the policy_version of an Envoy configuration: the first
-// 16 hex digits of its dirDigest (as a policy's Version is of its file).
-func digestVersion(d []byte) string { return hex.EncodeToString(d)[:16] }
-
-// dirDigest hashes the *.yaml files of dir (names and contents), to notice
-// changes.
-func dirDigest(dir string) []byte {
-	files, _ := filepath.Glob(filepath.Join(dir, "*.y*ml"))
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
-		h.Write(b)
+// listen listens on --http and --grpc (when given) before anything serves.
+func (c serveCmd) listen() (net.Listener, *quietListener, error) {
+	ln, err := net.Listen("tcp", c.HTTP)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--http %s: %w", c.HTTP, err)
 	}
-	return h.Sum(nil)
+	if c.GRPC == "" {
+		return ln, nil, nil
+	}
+	l, err := net.Listen("tcp", c.GRPC)
+	if err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("--grpc: %w", err)
+	}
+	return ln, newQuietListener(l), nil
+}
+
+// httpServer is the HTTP server: bounded reads and writes, so that a slow
+// client cannot hold a connection forever (writes allow for requests held
+// up to --max-wait).
+func (c serveCmd) httpServer(h http.Handler, tlsCfg *tls.Config, fresh *freshConns, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: satAdd(c.MaxWait, 30*time.Second), IdleTimeout: 2 * time.Minute, TLSConfig: tlsCfg,
+		ConnState: fresh.track,
+		// net/http's own messages (a TLS handshake that failed, ...) are
+		// records of the structured log, not lines of plain text.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+}
+
+// logServing logs the startup line.
+func (s *service) logServing(httpAddr, grpcAddr string, tlsOn bool, storeName string) {
+	common := []any{"http", httpAddr, "grpc", grpcAddr, "tls", tlsOn, "version", versionString(), "store", storeName}
+	if s.p != nil {
+		s.log.Info("sluice serving", append(common, "policy", s.c.Config, "policy_version", s.p.Version, "limits", len(s.p.Limits))...)
+		return
+	}
+	es := s.envoy.Load()
+	s.log.Info("sluice serving", append(common, "envoy_config", s.c.EnvoyConfig, "policy_version", es.version, "domains", len(es.cfg.Domains))...)
 }
 
 // sharedStore is what serve needs to know of a shared store.

@@ -1,0 +1,255 @@
+package main
+
+// Serving and stopping: the servers, their connections, the drain.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/store"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/reflection"
+)
+
+// running is what serves: the HTTP server, the gRPC server (nil without
+// --grpc) and the store, and the channel where a server that stops
+// serving reports.
+type running struct {
+	st    store.Store
+	hs    *http.Server
+	fresh *freshConns
+	gs    *grpc.Server
+	gln   *quietListener
+	errc  chan error
+}
+
+// stopAll stops both servers at once, then the store (a server stopped
+// serving on its own).
+func (r *running) stopAll() {
+	r.hs.Close()
+	if r.gs != nil {
+		r.gln.closeAll()
+		r.gs.Stop()
+	}
+	r.st.Close()
+}
+
+// drain stops on a signal: both servers drain their in-flight requests
+// (up to drainTimeout), then the store closes, last: nothing can call it
+// any more.
+func (r *running) drain(log *slog.Logger, sig os.Signal) error {
+	log.Info("shutting down: draining in-flight requests", "signal", sig.String())
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	var wg sync.WaitGroup
+	var httpErr, grpcErr error
+	wg.Go(func() { httpErr = drainHTTP(ctx, r.hs, r.fresh) })
+	if r.gs != nil {
+		wg.Go(func() { grpcErr = drainGRPC(ctx, r.gs, r.gln) })
+	}
+	wg.Wait()
+	cancel()
+	r.st.Close()
+	if err := errors.Join(httpErr, grpcErr); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// satAdd is a+b, at most the largest duration.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// freshConns tracks the HTTP connections that have not yet sent a whole
+// request (http.StateNew): http.Server.Shutdown waits up to 5 s for those,
+// so the drain closes them itself.
+type freshConns struct {
+	mu sync.Mutex
+	m  map[net.Conn]struct{}
+}
+
+// track is the http.Server's ConnState hook.
+func (f *freshConns) track(c net.Conn, s http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s == http.StateNew {
+		f.m[c] = struct{}{}
+	} else {
+		delete(f.m, c)
+	}
+}
+
+// closeAll closes every connection that has sent no whole request.
+func (f *freshConns) closeAll() {
+	f.mu.Lock()
+	conns := make([]net.Conn, 0, len(f.m))
+	for c := range f.m {
+		conns = append(conns, c)
+		delete(f.m, c)
+	}
+	f.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// drainHTTP stops hs: idle and fresh connections are closed at once (a
+// connection that has not sent a whole request when the drain starts is
+// not served), requests in flight finish until ctx ends, then every
+// connection is closed.
+func drainHTTP(ctx context.Context, hs *http.Server, fresh *freshConns) error {
+	done := make(chan error, 1)
+	go func() { done <- hs.Shutdown(ctx) }()
+	// Closed again while Shutdown runs: a connection accepted as it began
+	// may register after the first pass.
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		fresh.closeAll()
+		select {
+		case err := <-done:
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("HTTP requests still in flight after %v: %w", drainTimeout, err)
+			}
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// drainGRPC stops gs gracefully (GOAWAY; RPCs in flight finish) until ctx
+// ends, then closes every connection. Connections that have sent nothing
+// are closed at once (grpc waits for their handshake otherwise).
+func drainGRPC(ctx context.Context, gs *grpc.Server, ln *quietListener) error {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ln.closeQuiet()
+		select {
+		case <-done:
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			ln.closeAll()
+			gs.Stop()
+			<-done
+			return fmt.Errorf("gRPC calls still in flight after %v", drainTimeout)
+		}
+	}
+}
+
+// quietListener tracks the connections it accepts, to close on shutdown
+// those that have sent nothing (closeQuiet) or all of them (closeAll).
+type quietListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[*heardConn]struct{}
+}
+
+func newQuietListener(l net.Listener) *quietListener {
+	return &quietListener{Listener: l, conns: map[*heardConn]struct{}{}}
+}
+
+// Accept implements net.Listener.
+func (l *quietListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	hc := &heardConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[hc] = struct{}{}
+	l.mu.Unlock()
+	return hc, nil
+}
+
+func (l *quietListener) closeQuiet() {
+	l.mu.Lock()
+	var quiet []*heardConn
+	for c := range l.conns {
+		if !c.heard.Load() {
+			quiet = append(quiet, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range quiet {
+		c.Close()
+	}
+}
+
+func (l *quietListener) closeAll() {
+	l.mu.Lock()
+	all := make([]*heardConn, 0, len(l.conns))
+	for c := range l.conns {
+		all = append(all, c)
+	}
+	l.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+}
+
+// heardConn records whether its peer has sent anything.
+type heardConn struct {
+	net.Conn
+	l     *quietListener
+	heard atomic.Bool
+	once  sync.Once
+}
+
+// Read implements net.Conn.
+func (c *heardConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.heard.Store(true)
+	}
+	return n, err
+}
+
+// Close implements net.Conn.
+func (c *heardConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// newGRPC is the gRPC server of Envoy's RateLimitService (from the policy
+// or Envoy's configuration), with the gRPC health service and reflection.
+func newGRPC(svc rls.RateLimitServiceServer) *grpc.Server {
+	// grpc-go's default, a goroutine per stream: fixed stream workers (2, 8
+	// or 64 of them) measured no faster at 1, 16 or 64 clients
+	// (BENCHMARKS.md, "gRPC stream workers"), and when they are all busy
+	// grpc-go starts a goroutine per stream anyway.
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 10))
+	rls.RegisterRateLimitServiceServer(gs, svc)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return gs
+}

@@ -1,0 +1,96 @@
+package main
+
+// Reloading the configuration in force.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// reload reads the configuration again (why: "SIGHUP" or "file change",
+// which reloads only when the content changed); a configuration that does
+// not load leaves the one in force, and is counted and logged.
+func (s *service) reload(why string) {
+	if s.p == nil {
+		s.reloadEnvoy(why)
+		return
+	}
+	src, err := os.ReadFile(s.c.Config)
+	if err != nil {
+		// An unreadable file is reported once, not at every tick.
+		if why == "file change" && err.Error() == s.lastReadErr {
+			return
+		}
+		s.lastReadErr = err.Error()
+		s.reloadErrors.Inc()
+		s.log.Error("policy reload failed; the old policy stays in force", "reason", why, "error", err,
+			"policy_version", s.lim.Policy().Version)
+		return
+	}
+	s.lastReadErr = ""
+	if why == "file change" && bytes.Equal(src, s.last) {
+		return
+	}
+	s.last = src
+	np, err := policy.Parse(src)
+	if err == nil {
+		err = s.lim.SetPolicy(np)
+	}
+	if err != nil {
+		s.reloadErrors.Inc()
+		s.log.Error("policy reload rejected; the old policy stays in force", "reason", why, "error", err,
+			"policy_version", s.lim.Policy().Version)
+		return
+	}
+	s.reloads.Inc()
+	s.log.Info("policy reloaded", "reason", why, "policy_version", np.Version, "limits", len(np.Limits))
+}
+
+// reloadEnvoy is reload in Envoy-config mode.
+func (s *service) reloadEnvoy(why string) {
+	d := dirDigest(s.c.EnvoyConfig)
+	if why == "file change" && bytes.Equal(d, s.last) {
+		return
+	}
+	s.last = d
+	nc, err := envoyrls.LoadDir(s.c.EnvoyConfig)
+	if err != nil {
+		s.reloadErrors.Inc()
+		s.log.Error("envoy config reload rejected; the old configuration stays in force", "reason", why, "error", err,
+			"policy_version", s.envoy.Load().version)
+		return
+	}
+	es := &envoyState{cfg: nc, version: digestVersion(d)}
+	if s.svc != nil {
+		s.svc.SetConfig(nc)
+	}
+	s.envoy.Store(es)
+	s.reloads.Inc()
+	s.log.Info("envoy config reloaded", "reason", why, "policy_version", es.version, "domains", len(nc.Domains))
+}
+
+// digestVersion is the policy_version of an Envoy configuration: the first
+// 16 hex digits of its dirDigest (as a policy's Version is of its file).
+func digestVersion(d []byte) string { return hex.EncodeToString(d)[:16] }
+
+// dirDigest hashes the *.yaml files of dir (names and contents), to notice
+// changes.
+func dirDigest(dir string) []byte {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.y*ml"))
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	return h.Sum(nil)
+}
