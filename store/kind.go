@@ -183,6 +183,9 @@ func (s *Spec) StateTag() string { return kinds[s.Kind].alg.stateTag(s) }
 // state after the decision (to keep only when the request is admitted) and
 // the decision. Not for kinds that hold slots.
 func (s *Spec) Step(st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
+	if s.Kind == TokenBucket { // the common kind, without the dynamic call
+		return bucketKind{}.step(s, st, exists, now, cost)
+	}
 	return kinds[s.Kind].alg.step(s, st, exists, now, cost)
 }
 
