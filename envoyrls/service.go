@@ -74,30 +74,48 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors)
 	}
 	cfg := s.cfg.Load()
-	root := cfg.Domains[req.GetDomain()]
+	c := &rlsCall{ds: make([]applied, len(req.GetDescriptors())), overall: rls.RateLimitResponse_OK}
+	if len(c.ds) > 1 {
+		c.index, c.shadowIx = map[string]int{}, map[string]int{}
+	}
+	if err := c.collect(req, cfg.Domains[req.GetDomain()]); err != nil {
+		return nil, err
+	}
+	if err := c.decide(ctx, s.st); err != nil {
+		return nil, err
+	}
+	return c.respond(), nil
+}
+
+// rlsCall is one ShouldRateLimit call: per descriptor what applies, the
+// store items to take (descriptors of one key merged), the shadow items
+// (counted, never refusing), and the overall code so far.
+type rlsCall struct {
+	ds              []applied
+	items, shadow   []store.Item
+	index, shadowIx map[string]int // key -> index in items, in shadow; made when a call has several descriptors
+	overall         rls.RateLimitResponse_Code
+}
+
+// collect matches every descriptor of req against the domain's tree root
+// (nil: an unknown domain, which limits nothing) and makes the items.
+func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node) error {
 	hits := int64(req.GetHitsAddend())
 	if hits == 0 {
 		hits = 1
 	}
-	ds := make([]applied, len(req.GetDescriptors()))
-	var items, shadow []store.Item
-	var index, shadowIx map[string]int // key -> index in items (merged), in shadow; made when a call has several descriptors
-	if len(ds) > 1 {
-		index, shadowIx = map[string]int{}, map[string]int{}
-	}
-	overall := rls.RateLimitResponse_OK
 	var ebuf [8][2]string
 	var kbuf [128]byte
 	for i, d := range req.GetDescriptors() {
-		a := &ds[i]
+		a := &c.ds[i]
 		a.item = -1
 		if err := checkEntries(i, d.GetEntries()); err != nil {
-			return nil, err
+			return err
 		}
 		a.hits = hits
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d too large", i, h.GetValue())
+				return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d too large", i, h.GetValue())
 			}
 			a.hits = int64(h.GetValue()) // 0 peeks
 		}
@@ -123,50 +141,64 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			key = appendEscaped(append(appendEscaped(append(key, '|'), e[0]), '='), e[1])
 		}
 		a.node, a.key = node, string(key)
-		if node.Limit.Unlimited {
-			continue
-		}
-		if a.hits > int64(node.Limit.RequestsPerUnit) {
-			a.over = true // can never be admitted
-			if !node.Shadow {
-				overall = rls.RateLimitResponse_OVER_LIMIT
-			}
-			continue
-		}
-		if node.Shadow {
-			a.shade = true
-			if j, ok := shadowIx[a.key]; ok && shadowIx != nil {
-				shadow[j].Cost = min(shadow[j].Cost+a.hits, shadow[j].Spec.Capacity())
-			} else {
-				if shadowIx != nil {
-					shadowIx[a.key] = len(shadow)
-				}
-				shadow = append(shadow, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
-			}
-			continue
-		}
-		if j, ok := index[a.key]; ok {
-			items[j].Cost += a.hits
-			if items[j].Cost > items[j].Spec.Capacity() {
-				a.over, overall = true, rls.RateLimitResponse_OVER_LIMIT
-			}
-			a.item = j
-			continue
-		}
-		if index != nil {
-			index[a.key] = len(items)
-		}
-		a.item = len(items)
-		items = append(items, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
+		c.add(a)
 	}
-	if len(items) > 0 && overall == rls.RateLimitResponse_OK {
-		r, err := s.st.Take(ctx, items)
+	return nil
+}
+
+// add makes descriptor a's item (or merges it into one of the same key).
+func (c *rlsCall) add(a *applied) {
+	node := a.node
+	if node.Limit.Unlimited {
+		return
+	}
+	if a.hits > int64(node.Limit.RequestsPerUnit) {
+		a.over = true // can never be admitted
+		if !node.Shadow {
+			c.overall = rls.RateLimitResponse_OVER_LIMIT
+		}
+		return
+	}
+	if node.Shadow {
+		a.shade = true
+		if j, ok := c.shadowIx[a.key]; ok && c.shadowIx != nil {
+			c.shadow[j].Cost = min(c.shadow[j].Cost+a.hits, c.shadow[j].Spec.Capacity())
+		} else {
+			if c.shadowIx != nil {
+				c.shadowIx[a.key] = len(c.shadow)
+			}
+			c.shadow = append(c.shadow, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
+		}
+		return
+	}
+	if j, ok := c.index[a.key]; ok {
+		c.items[j].Cost += a.hits
+		if c.items[j].Cost > c.items[j].Spec.Capacity() {
+			a.over, c.overall = true, rls.RateLimitResponse_OVER_LIMIT
+		}
+		a.item = j
+		return
+	}
+	if c.index != nil {
+		c.index[a.key] = len(c.items)
+	}
+	a.item = len(c.items)
+	c.items = append(c.items, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
+}
+
+// decide takes the items from st, all or nothing (or, when one is over
+// its capacity, peeks them all), then counts the shadow items of an
+// admitted call.
+func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
+	items := c.items
+	if len(items) > 0 && c.overall == rls.RateLimitResponse_OK {
+		r, err := st.Take(ctx, items)
 		if err != nil {
 			p := answer.Classify(err)
-			return nil, status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
+			return status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
 		}
 		if !r.Allowed {
-			overall = rls.RateLimitResponse_OVER_LIMIT
+			c.overall = rls.RateLimitResponse_OVER_LIMIT
 		}
 	} else if len(items) > 0 {
 		// Over capacity somewhere: peek the others so their statuses are
@@ -174,63 +206,30 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		for j := range items {
 			items[j].Cost = 0
 		}
-		if _, err := s.st.Take(ctx, items); err != nil {
+		if _, err := st.Take(ctx, items); err != nil {
 			p := answer.Classify(err)
-			return nil, status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
+			return status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
 		}
 	}
-	if len(shadow) > 0 && overall == rls.RateLimitResponse_OK {
+	if len(c.shadow) > 0 && c.overall == rls.RateLimitResponse_OK {
 		// Shadow limits count what passes, one by one, and refuse nothing.
-		for j := range shadow {
-			one := shadow[j : j+1]
-			s.st.Take(ctx, one)
+		for j := range c.shadow {
+			st.Take(ctx, c.shadow[j:j+1])
 		}
 	}
-	resp := &rls.RateLimitResponse{OverallCode: overall, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, 0, len(ds))}
+	return nil
+}
+
+// respond renders the decisions: a status per descriptor and the
+// RateLimit fields of the tightest limited one.
+func (c *rlsCall) respond() *rls.RateLimitResponse {
+	resp := &rls.RateLimitResponse{OverallCode: c.overall, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, 0, len(c.ds))}
 	var lbuf [8]answer.Limit
 	described := lbuf[:0] // the limited descriptors, for the RateLimit fields
-	for i := range ds {
-		a := &ds[i]
-		st := &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
-		if a.node != nil && a.node.Limit != nil {
-			l := a.node.Limit
-			if !l.Unlimited {
-				st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
-			}
-			var d sluice.Decision
-			switch {
-			case a.item >= 0:
-				d = items[a.item].Decision
-			case a.shade:
-				d = shadow[shadowIx[a.key]].Decision // shadowIx is nil (index 0) for a lone descriptor
-				d.Allowed = true
-			}
-			switch {
-			case l.Unlimited:
-			case a.over && !a.shade:
-				st.Code = rls.RateLimitResponse_OVER_LIMIT
-			case !d.Allowed && !a.shade:
-				st.Code = rls.RateLimitResponse_OVER_LIMIT
-				st.LimitRemaining = uint32(max(d.Remaining, 0))
-				st.DurationUntilReset = durationpb.New(d.RetryAfter)
-			default:
-				st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-				st.DurationUntilReset = durationpb.New(d.ResetAfter)
-			}
-			if !l.Unlimited {
-				name := l.Name
-				if name == "" {
-					name = a.key
-				}
-				ok := st.Code == rls.RateLimitResponse_OK
-				wait := st.DurationUntilReset.AsDuration() // nil: 0
-				lim := answer.Limit{Name: name, Capacity: int64(l.RequestsPerUnit), Window: time.Duration(unitSeconds(l.Unit) * 1e9),
-					Remaining: int64(st.LimitRemaining), Allowed: ok, ResetAfter: wait}
-				if !ok {
-					lim.ResetAfter, lim.RetryAfter = 0, wait
-				}
-				described = append(described, lim)
-			}
+	for i := range c.ds {
+		st, lim, ok := c.status(&c.ds[i])
+		if ok {
+			described = append(described, lim)
 		}
 		resp.Statuses = append(resp.Statuses, st)
 	}
@@ -241,7 +240,52 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			{Key: "RateLimit", Value: rl},
 		}
 	}
-	return resp, nil
+	return resp
+}
+
+// status is descriptor a's status, and its limit as the RateLimit fields
+// describe it (described false: unlimited or no limit).
+func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit, described bool) {
+	st = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
+	if a.node == nil || a.node.Limit == nil {
+		return st, lim, false
+	}
+	l := a.node.Limit
+	if l.Unlimited {
+		return st, lim, false
+	}
+	st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+	var d sluice.Decision
+	switch {
+	case a.item >= 0:
+		d = c.items[a.item].Decision
+	case a.shade:
+		d = c.shadow[c.shadowIx[a.key]].Decision // shadowIx is nil (index 0) for a lone descriptor
+		d.Allowed = true
+	}
+	switch {
+	case a.over && !a.shade:
+		st.Code = rls.RateLimitResponse_OVER_LIMIT
+	case !d.Allowed && !a.shade:
+		st.Code = rls.RateLimitResponse_OVER_LIMIT
+		st.LimitRemaining = uint32(max(d.Remaining, 0))
+		st.DurationUntilReset = durationpb.New(d.RetryAfter)
+	default:
+		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(d.ResetAfter)
+	}
+	name := l.Name
+	if name == "" {
+		name = a.key
+	}
+	ok := st.Code == rls.RateLimitResponse_OK
+	wait := st.DurationUntilReset.AsDuration() // nil: 0
+	lim = answer.Limit{Name: name, Capacity: int64(l.RequestsPerUnit), Window: time.Duration(unitSeconds(l.Unit) * 1e9),
+		Remaining: int64(st.LimitRemaining), Allowed: ok, ResetAfter: wait}
+	if !ok {
+		lim.ResetAfter, lim.RetryAfter = 0, wait
+	}
+	return st, lim, true
 }
 
 func unitSeconds(u rls.RateLimitResponse_RateLimit_Unit) float64 {
