@@ -176,40 +176,15 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		for i, it := range items {
 			ents[i] = s.entryLocked(sh[i], it, now)
 		}
-		var wait chan struct{}
-		var need []store.Item
-		var needAt []int
-		var deficits []int64
-		cold := true
-		for i, it := range items {
-			e := ents[i]
-			deficit := it.Cost - e.tokens
-			if deficit <= 0 {
-				continue
-			}
-			if e.flight != nil {
-				wait = e.flight // someone is fetching for this key: wait, then spend
-				break
-			}
-			if now < e.blockedUntil && deficit >= e.blockedCost {
-				// The shared bucket said it cannot have this much before
-				// then: refuse without a round trip (never over-admits).
-				s.refuseLocally(items, ents, i, now)
-				s.unlock(locked)
-				return store.Result{}, nil
-			}
-			extra := s.batch(e, now)
-			if e.known && e.remote.Remaining < deficit+extra {
-				// The shared bucket is low: lease at most half of what it
-				// had left beyond this request, leaving the rest to others.
-				extra = max(min(extra, (e.remote.Remaining-deficit)/2), 0)
-			}
-			if extra > 0 {
-				cold = false
-			}
-			need = append(need, store.Item{Key: it.Key, Spec: it.Spec, Cost: deficit + extra})
-			needAt, deficits = append(needAt, i), append(deficits, deficit)
+		pl := s.plan(items, ents, now)
+		if pl.refuse >= 0 {
+			// The shared bucket said it cannot have this much before
+			// then: refuse without a round trip (never over-admits).
+			s.refuseLocally(items, ents, pl.refuse, now)
+			s.unlock(locked)
+			return store.Result{}, nil
 		}
+		wait, need, needAt, deficits, cold := pl.wait, pl.need, pl.needAt, pl.deficits, pl.cold
 		switch {
 		case wait != nil:
 			s.unlock(locked)
@@ -239,6 +214,52 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			return store.Result{}, err
 		}
 	}
+}
+
+// plan is what a request needs beyond its local leases: a fetch in
+// flight to wait for, or the items to fetch (each its deficit and a batch
+// to lease, needAt their places in the request), cold when none has a
+// batch to lease; refuse is the index of an item the shared bucket cannot
+// serve yet (else -1).
+type plan struct {
+	wait     chan struct{}
+	need     []store.Item
+	needAt   []int
+	deficits []int64
+	cold     bool
+	refuse   int
+}
+
+// plan makes the request's plan at now (its shards locked).
+func (s *Store) plan(items []store.Item, ents []*entry, now int64) plan {
+	pl := plan{cold: true, refuse: -1}
+	for i, it := range items {
+		e := ents[i]
+		deficit := it.Cost - e.tokens
+		if deficit <= 0 {
+			continue
+		}
+		if e.flight != nil {
+			pl.wait = e.flight // someone is fetching for this key: wait, then spend
+			return pl
+		}
+		if now < e.blockedUntil && deficit >= e.blockedCost {
+			pl.refuse = i
+			return pl
+		}
+		extra := s.batch(e, now)
+		if e.known && e.remote.Remaining < deficit+extra {
+			// The shared bucket is low: lease at most half of what it
+			// had left beyond this request, leaving the rest to others.
+			extra = max(min(extra, (e.remote.Remaining-deficit)/2), 0)
+		}
+		if extra > 0 {
+			pl.cold = false
+		}
+		pl.need = append(pl.need, store.Item{Key: it.Key, Spec: it.Spec, Cost: deficit + extra})
+		pl.needAt, pl.deficits = append(pl.needAt, i), append(pl.deficits, deficit)
+	}
+	return pl
 }
 
 func (s *Store) lock(locked []int) {
