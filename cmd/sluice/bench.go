@@ -167,6 +167,21 @@ const (
 	giveUpAfter    = time.Second
 )
 
+// percentiles returns the 50th, 90th and 99th percentiles and the largest
+// of the latencies of every worker (0 when there are none).
+func percentiles(lat [][]time.Duration) (p50, p90, p99, largest time.Duration) {
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return 0, 0, 0, 0
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[min(int(p*float64(len(all))), len(all)-1)] }
+	return pct(0.50), pct(0.90), pct(0.99), all[len(all)-1]
+}
+
 // runBench sends requests with c.Concurrency workers until c.Duration has
 // passed or c.Requests were sent; it stops early, every request having
 // failed, when none was decided (admitted or refused) within the first
@@ -235,21 +250,7 @@ loop:
 	}
 	bar.Finish()
 	elapsed := time.Since(start)
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	slices.Sort(all)
-	pct := func(p float64) time.Duration {
-		if len(all) == 0 {
-			return 0
-		}
-		return all[min(int(p*float64(len(all))), len(all)-1)]
-	}
-	r := BenchResult{Requests: sent.Load(), Admitted: admitted.Load(), Refused: refused.Load(), Errors: failed.Load(), FirstError: firstErr, Elapsed: elapsed,
-		P50: pct(0.50), P90: pct(0.90), P99: pct(0.99)}
-	if len(all) > 0 {
-		r.Max = all[len(all)-1]
-	}
+	r := BenchResult{Requests: sent.Load(), Admitted: admitted.Load(), Refused: refused.Load(), Errors: failed.Load(), FirstError: firstErr, Elapsed: elapsed}
+	r.P50, r.P90, r.P99, r.Max = percentiles(lat)
 	return r, nil
 }

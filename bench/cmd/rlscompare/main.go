@@ -16,7 +16,6 @@ import (
 	"log"
 	"net"
 	"os"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -44,55 +43,12 @@ func main() {
 	flag.Parse()
 	ctx := context.Background()
 
-	// sluice: Envoy's RateLimitService from an Envoy config, limit never reached.
-	_, root, err := envoyrls.Parse([]byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	svc := envoyrls.NewService(&envoyrls.Config{Domains: map[string]*envoyrls.Node{"edge": root}}, memstore.New())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
-	rls.RegisterRateLimitServiceServer(gs, svc)
-	go gs.Serve(ln)
-	defer gs.Stop()
-	sc, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	sluiceClient := rls.NewRateLimitServiceClient(sc)
-
-	// floor: the same gRPC server answering OK without deciding anything,
-	// what any grpc-go RateLimitService costs on this machine under this
-	// load (neither server can go below it).
-	fln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.NumCPU())))
-	rls.RegisterRateLimitServiceServer(fs, floorService{})
-	go fs.Serve(fln)
-	defer fs.Stop()
-	fc, _ := grpc.NewClient(fln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	floorClient := rls.NewRateLimitServiceClient(fc)
-
-	// gubernator v2.13: one node.
-	port := func() string {
-		l, _ := net.Listen("tcp", "127.0.0.1:0")
-		defer l.Close()
-		return l.Addr().String()
-	}
-	gaddr, ml := port(), port()
-	d, err := gubernator.SpawnDaemon(ctx, gubernator.DaemonConfig{
-		GRPCListenAddress: gaddr, HTTPListenAddress: port(), AdvertiseAddress: gaddr, CacheSize: 4 * *keys,
-		PeerDiscoveryType: "member-list", Logger: quiet(),
-		MemberListPoolConf: gubernator.MemberListPoolConfig{MemberListAddress: ml, MemberListBindAddress: ml, AdvertiseAddress: ml, NodeName: "bench"},
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer d.Close()
-	gc, _ := grpc.NewClient(gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	gubClient := gubernator.NewV1Client(gc)
+	sluiceClient, stop := startSluice()
+	defer stop()
+	floorClient, stopFloor := startFloor()
+	defer stopFloor()
+	gubClient, stopGub := startGubernator(ctx, *keys)
+	defer stopGub()
 
 	impls := []struct {
 		name string
@@ -133,6 +89,55 @@ func main() {
 				float64(n)/float64(*seconds), bad, pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99))
 		}
 	}
+}
+
+// serveRLS serves impl on a free loopback port with grpc-go's defaults (as
+// sluice serve does) and returns a client of it and the server's stop.
+func serveRLS(impl rls.RateLimitServiceServer) (rls.RateLimitServiceClient, func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	rls.RegisterRateLimitServiceServer(gs, impl)
+	go gs.Serve(ln)
+	c, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return rls.NewRateLimitServiceClient(c), gs.Stop
+}
+
+// startSluice serves Envoy's RateLimitService from an Envoy config whose
+// limit is never reached, on memstore.
+func startSluice() (rls.RateLimitServiceClient, func()) {
+	_, root, err := envoyrls.Parse([]byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return serveRLS(envoyrls.NewService(&envoyrls.Config{Domains: map[string]*envoyrls.Node{"edge": root}}, memstore.New()))
+}
+
+// startFloor serves the floor: the same gRPC server answering OK without
+// deciding anything, what any grpc-go RateLimitService costs on this
+// machine under this load (neither server can go below it).
+func startFloor() (rls.RateLimitServiceClient, func()) { return serveRLS(floorService{}) }
+
+// startGubernator runs one gubernator v2.13 node sized for keys.
+func startGubernator(ctx context.Context, keys int) (gubernator.V1Client, func()) {
+	port := func() string {
+		l, _ := net.Listen("tcp", "127.0.0.1:0")
+		defer l.Close()
+		return l.Addr().String()
+	}
+	gaddr, ml := port(), port()
+	d, err := gubernator.SpawnDaemon(ctx, gubernator.DaemonConfig{
+		GRPCListenAddress: gaddr, HTTPListenAddress: port(), AdvertiseAddress: gaddr, CacheSize: 4 * keys,
+		PeerDiscoveryType: "member-list", Logger: quiet(),
+		MemberListPoolConf: gubernator.MemberListPoolConfig{MemberListAddress: ml, MemberListBindAddress: ml, AdvertiseAddress: ml, NodeName: "bench"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	gc, _ := grpc.NewClient(gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return gubernator.NewV1Client(gc), func() { d.Close() }
 }
 
 // floorService answers every ShouldRateLimit with OK and one status,
