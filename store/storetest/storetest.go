@@ -107,22 +107,22 @@ func testBucketVector(t *testing.T, f Factory) {
 	it := store.Item{Key: "v1", Spec: sp, Cost: 1}
 	for i := range 3 {
 		if r := take(t, s, it); !r.Allowed || r.Decisions[0].Remaining != int64(2-i) {
-			t.Fatalf("request %d: %+v", i+1, r)
+			t.Fatalf("rule: a full bucket of 3 admits 3 requests of cost 1, 2, 1, 0 left: request %d: %+v", i+1, r)
 		}
 	}
 	if r := take(t, s, it); r.Allowed || r.Decisions[0].RetryAfter != 500*time.Millisecond {
-		t.Fatalf("fourth: %+v", r)
+		t.Fatalf("rule: an empty bucket (r=2/s) refuses with RetryAfter 500ms exactly: %+v", r)
 	}
 	c.Advance(250 * time.Millisecond)
 	if r := take(t, s, it); r.Allowed {
-		t.Fatalf("at 0.25 s: %+v", r)
+		t.Fatalf("rule: half a token (0.25 s at 2/s) does not admit a cost of 1: %+v", r)
 	}
 	c.Advance(250 * time.Millisecond)
 	if r := take(t, s, it); !r.Allowed {
-		t.Fatalf("at 0.5 s: %+v", r)
+		t.Fatalf("rule: waiting RetryAfter exactly admits: %+v", r)
 	}
 	if r := take(t, s, it); r.Allowed {
-		t.Fatalf("second at 0.5 s: %+v", r)
+		t.Fatalf("rule: the token refilled is spent once: %+v", r)
 	}
 }
 
@@ -134,16 +134,16 @@ func testAllOrNothing(t *testing.T, f Factory) {
 	ten := store.Item{Key: "tenant:acme", Spec: tenant, Cost: 1}
 	for range 2 {
 		if r := take(t, s, g, ten); !r.Allowed {
-			t.Fatalf("refused: %+v", r)
+			t.Fatalf("rule: a request within every limit is admitted: %+v", r)
 		}
 	}
 	r := take(t, s, g, ten)
 	if r.Allowed || !r.Decisions[0].Allowed || r.Decisions[1].Allowed || r.Decisions[1].RetryAfter != time.Second {
-		t.Fatalf("third: %+v", r)
+		t.Fatalf("rule: a request over one limit is refused, the other item saying it alone would admit, the refusing one its RetryAfter (1s): %+v", r)
 	}
 	peek := take(t, s, store.Item{Key: "global", Spec: global})
 	if peek.Decisions[0].Remaining != 98 {
-		t.Fatalf("global after a refusal: %d left, want 98", peek.Decisions[0].Remaining)
+		t.Fatalf("rule: all or nothing: a refused request takes nothing from the items that would admit: global %d left, want 98", peek.Decisions[0].Remaining)
 	}
 	// The window and concurrency kinds take part too.
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 1, Window: time.Minute}}
@@ -151,16 +151,16 @@ func testAllOrNothing(t *testing.T, f Factory) {
 	w := store.Item{Key: "w", Spec: win, Cost: 1}
 	cc := store.Item{Key: "c", Spec: conc, Cost: 1}
 	if r := take(t, s, g, w, cc); !r.Allowed || r.Lease.ID == "" {
-		t.Fatalf("with window and lease: %+v", r)
+		t.Fatalf("rule: all or nothing spans kinds (bucket, window, in-flight): first request refused: %+v", r)
 	}
 	if r := take(t, s, g, w, cc); r.Allowed || r.Lease.ID != "" {
-		t.Fatalf("window full: %+v", r)
+		t.Fatalf("rule: all or nothing spans kinds: the full window refuses the request: %+v", r)
 	}
 	if r := take(t, s, store.Item{Key: "c", Spec: conc}); r.Decisions[0].Remaining != 4 {
-		t.Fatalf("refused request took a slot: %+v", r.Decisions[0])
+		t.Fatalf("rule: a refused request takes no in-flight slot: %+v", r.Decisions[0])
 	}
 	if peek := take(t, s, store.Item{Key: "global", Spec: global}); peek.Decisions[0].Remaining != 97 {
-		t.Fatalf("global: %d left, want 97", peek.Decisions[0].Remaining)
+		t.Fatalf("rule: a refused request takes no tokens (across kinds): global %d left, want 97", peek.Decisions[0].Remaining)
 	}
 }
 
@@ -208,7 +208,7 @@ func testRetryAfterMax(t *testing.T, f Factory) {
 	take(t, s, store.Item{Key: "a", Spec: a, Cost: 1}, store.Item{Key: "b", Spec: b, Cost: 1})
 	r := take(t, s, store.Item{Key: "a", Spec: a, Cost: 1}, store.Item{Key: "b", Spec: b, Cost: 1})
 	if r.Allowed || r.Decisions[0].RetryAfter != time.Second || r.Decisions[1].RetryAfter != 4*time.Second {
-		t.Fatalf("%+v", r)
+		t.Fatalf("rule: each refusing item reports its own RetryAfter (1s, 4s): %+v", r)
 	}
 }
 
@@ -218,16 +218,16 @@ func testSlidingWindow(t *testing.T, f Factory) {
 	it := store.Item{Key: "u", Spec: sp, Cost: 1}
 	for range 10 {
 		if !take(t, s, it).Allowed {
-			t.Fatal("refused within the limit")
+			t.Fatal("rule: a sliding window admits its limit within the window")
 		}
 	}
 	r := take(t, s, it)
 	if r.Allowed || r.Decisions[0].RetryAfter != 1100*time.Millisecond {
-		t.Fatalf("11th: %+v", r)
+		t.Fatalf("rule: a sliding window refuses beyond its limit, with its exact RetryAfter: %+v", r)
 	}
 	c.Advance(1100 * time.Millisecond)
 	if !take(t, s, it).Allowed {
-		t.Fatal("refused after RetryAfter")
+		t.Fatal("rule: a sliding window admits after waiting RetryAfter exactly")
 	}
 }
 
@@ -239,15 +239,15 @@ func testFixedWindow(t *testing.T, f Factory) {
 	sp := &store.Spec{Kind: store.FixedWindow, Window: window.Limit{Limit: 5, Window: time.Second}}
 	it := store.Item{Key: "f", Spec: sp, Cost: 5}
 	if !take(t, s, it).Allowed {
-		t.Fatal("first five refused")
+		t.Fatal("rule: a fixed window admits its limit")
 	}
 	r := take(t, s, store.Item{Key: "f", Spec: sp, Cost: 1})
 	if r.Allowed || r.Decisions[0].RetryAfter != 100*time.Millisecond {
-		t.Fatalf("sixth: %+v", r)
+		t.Fatalf("rule: a fixed window refuses beyond its limit until its end (RetryAfter 100ms): %+v", r)
 	}
 	c.Advance(100 * time.Millisecond)
 	if !take(t, s, it).Allowed {
-		t.Fatal("next window refused")
+		t.Fatal("rule: a fixed window admits its limit again in the next window")
 	}
 }
 
@@ -308,11 +308,11 @@ func testConcurrency(t *testing.T, f Factory) {
 	c.Advance(time.Second)
 	l2 := take(t, s, it)
 	if !l1.Allowed || !l2.Allowed || l1.Lease.ID == l2.Lease.ID {
-		t.Fatalf("%+v %+v", l1, l2)
+		t.Fatalf("rule: an in-flight cap of 2 admits 2, each with its own lease: %+v %+v", l1, l2)
 	}
 	r := take(t, s, it)
 	if r.Allowed || r.Decisions[0].RetryAfter != 29*time.Second {
-		t.Fatalf("third: %+v (retry when the first lease expires)", r)
+		t.Fatalf("rule: an in-flight cap refuses beyond its slots, RetryAfter the first lease's expiry (29s): %+v", r)
 	}
 	if err := s.Release(context.Background(), l1.Lease); err != nil {
 		t.Fatal(err)
@@ -320,15 +320,15 @@ func testConcurrency(t *testing.T, f Factory) {
 	s.Release(context.Background(), l1.Lease) // twice: no error, no effect
 	l3 := take(t, s, it)
 	if !l3.Allowed {
-		t.Fatalf("after release: %+v", l3)
+		t.Fatalf("rule: a released lease frees its slot: %+v", l3)
 	}
 	if r := take(t, s, it); r.Allowed {
-		t.Fatal("double release freed two slots")
+		t.Fatal("rule: releasing a lease twice frees one slot")
 	}
 	// A crashed holder's slot comes back after lease_ttl.
 	c.Advance(30 * time.Second) // l2 expires (taken at 1 s); l3 (at 1 s) too
 	if r := take(t, s, it); !r.Allowed || r.Decisions[0].Remaining != 1 {
-		t.Fatalf("after expiry: %+v", r)
+		t.Fatalf("rule: a lease not released frees its slot at its TTL: %+v", r)
 	}
 }
 
@@ -338,11 +338,11 @@ func testPeek(t *testing.T, f Factory) {
 	for range 3 {
 		r := take(t, s, store.Item{Key: "p", Spec: sp})
 		if !r.Allowed || r.Decisions[0].Remaining != 5 {
-			t.Fatalf("peek: %+v", r)
+			t.Fatalf("rule: a peek (cost 0) reports the state and admits: %+v", r)
 		}
 	}
 	if r := take(t, s, store.Item{Key: "p", Spec: sp, Cost: 5}); !r.Allowed || r.Decisions[0].Remaining != 0 {
-		t.Fatalf("full take after peeks: %+v", r)
+		t.Fatalf("rule: peeks take nothing: a full take after them is admitted: %+v", r)
 	}
 }
 
@@ -357,11 +357,11 @@ func testInvalid(t *testing.T, f Factory) {
 		{{Key: "k", Spec: sp, Cost: 1}, {Key: "k", Spec: sp, Cost: 1}},
 	} {
 		if _, err := s.Take(context.Background(), items); !errors.Is(err, store.ErrInvalidItem) {
-			t.Errorf("%+v: %v", items, err)
+			t.Errorf("rule: an invalid item (no key, no spec, a bad cost, a key twice) is ErrInvalidItem: %+v: %v", items, err)
 		}
 	}
 	if r := take(t, s, store.Item{Key: "k", Spec: sp}); r.Decisions[0].Remaining != 5 {
-		t.Fatalf("invalid items changed state: %+v", r)
+		t.Fatalf("rule: invalid items change nothing: %+v", r)
 	}
 }
 
@@ -414,7 +414,7 @@ func testConcurrentExact(t *testing.T, f Factory) {
 	for i, c := range caps {
 		left := take(t, s, store.Item{Key: fmt.Sprint("k", i), Spec: specs[i]}).Decisions[0].Remaining
 		if taken[i] > c || left != c-taken[i] {
-			t.Errorf("bucket %d: admitted %d of %d, reports %d left", i, taken[i], c, left)
+			t.Errorf("rule: concurrent takes are exact: bucket %d: admitted %d of %d, reports %d left", i, taken[i], c, left)
 		}
 	}
 }
@@ -448,7 +448,7 @@ func testIdenticalToModel(t *testing.T, f Factory) {
 		tat, origin, phase := store.BucketState(&sp.Bucket, rf.tat, rf.origin, rf.phase, rf.exists, now)
 		nt, want := sp.Bucket.Step(tat, bucket.Instant{Elapsed: now - origin, Phase: phase}, cost)
 		if r.Decisions[0] != want {
-			t.Fatalf("step %d key %s cost %d: store %+v, model %+v", step, key, cost, r.Decisions[0], want)
+			t.Fatalf("rule: the store decides as the pure model (bucket.Params, store.BucketState): step %d key %s cost %d: store %+v, model %+v", step, key, cost, r.Decisions[0], want)
 		}
 		if want.Allowed && (cost > 0 || rf.exists) {
 			*rf = ref{nt, origin, phase, true}
@@ -465,7 +465,7 @@ func testAdjust(t *testing.T, f Factory) {
 	it := store.Item{Key: "llm", Spec: sp, Cost: 8}
 	items := []store.Item{it}
 	if _, err := s.Take(context.Background(), items); err != nil || !items[0].Decision.Allowed || items[0].RefundBefore == 0 {
-		t.Fatalf("take: %+v %v", items[0], err)
+		t.Fatalf("rule: an admitted take reports RefundBefore: %+v %v", items[0], err)
 	}
 	c.Advance(time.Second)
 	adj := store.Adjustment{Key: "llm", Spec: sp, Delta: 3 - 8, RefundBefore: items[0].RefundBefore}
@@ -473,13 +473,13 @@ func testAdjust(t *testing.T, f Factory) {
 		t.Fatal(err)
 	}
 	if r := take(t, s, store.Item{Key: "llm", Spec: sp}); r.Decisions[0].Remaining != 8 { // 2 + 1 refilled + 5 back
-		t.Fatalf("after refund: %+v", r.Decisions[0])
+		t.Fatalf("rule: a refund before RefundBefore returns the cost exactly: %+v", r.Decisions[0])
 	}
 	if err := s.Adjust(context.Background(), []store.Adjustment{{Key: "llm", Spec: sp, Delta: 12}}); err != nil {
 		t.Fatal(err)
 	}
 	if r := take(t, s, store.Item{Key: "llm", Spec: sp, Cost: 1}); r.Allowed || r.Decisions[0].RetryAfter != 5*time.Second {
-		t.Fatalf("after a charge of 12 (4 in debt): %+v", r.Decisions[0])
+		t.Fatalf("rule: a charge goes into debt (12 charged, 4 in debt): %+v", r.Decisions[0])
 	}
 	// A refund after the tokens refilled returns nothing.
 	c.Advance(time.Hour)
@@ -489,7 +489,7 @@ func testAdjust(t *testing.T, f Factory) {
 	take(t, s, store.Item{Key: "llm", Spec: sp, Cost: 10})
 	s.Adjust(context.Background(), []store.Adjustment{{Key: "llm", Spec: sp, Delta: -10, RefundBefore: items[0].RefundBefore}})
 	if r := take(t, s, store.Item{Key: "llm", Spec: sp}); r.Decisions[0].Remaining != 0 {
-		t.Fatalf("late refund minted: %+v", r.Decisions[0])
+		t.Fatalf("rule: a refund at or after RefundBefore returns nothing (never creates credit): %+v", r.Decisions[0])
 	}
 	// Windows: a refund within the window.
 	w := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 10, Window: time.Minute}}
@@ -498,6 +498,6 @@ func testAdjust(t *testing.T, f Factory) {
 	s.Take(context.Background(), wi)
 	s.Adjust(context.Background(), []store.Adjustment{{Key: "w", Spec: w, Delta: -4, RefundBefore: wi[0].RefundBefore}})
 	if r := take(t, s, store.Item{Key: "w", Spec: w}); r.Decisions[0].Remaining != 8 {
-		t.Fatalf("window refund: %+v", r.Decisions[0])
+		t.Fatalf("rule: a window refund within its window returns the cost: %+v", r.Decisions[0])
 	}
 }
