@@ -183,9 +183,13 @@ func (s *Spec) StateTag() string { return kinds[s.Kind].alg.stateTag(s) }
 // state after the decision (to keep only when the request is admitted) and
 // the decision. Not for kinds that hold slots.
 func (s *Spec) Step(st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
-	if s.Kind == TokenBucket { // the common kind, without the dynamic call
-		return bucketKind{}.step(s, st, exists, now, cost)
+	if s.Kind == TokenBucket { // the common kind, without the dynamic call (Step inlines)
+		return stepBucket(s, st, exists, now, cost)
 	}
+	return s.stepOther(st, exists, now, cost)
+}
+
+func (s *Spec) stepOther(st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
 	return kinds[s.Kind].alg.step(s, st, exists, now, cost)
 }
 
@@ -249,6 +253,10 @@ func (bucketKind) capacity(sp *Spec) int64        { return sp.Bucket.Limit().Cap
 func (bucketKind) stateTag(sp *Spec) string       { return "u" + strconv.FormatInt(sp.Bucket.Unit(), 36) }
 
 func (bucketKind) step(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
+	return stepBucket(sp, st, exists, now, cost)
+}
+
+func stepBucket(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
 	t, o, ph := st.tat()
 	tat, origin, phase := BucketState(&sp.Bucket, t, o, ph, exists, now.Mono)
 	nt, dec := sp.Bucket.Step(tat, bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}, cost)
