@@ -5,7 +5,8 @@
 # then 1200 times, and the difference over 1000 calls is printed.
 #
 # Usage: bench/redis-instructions.sh [variant ...]
-# Variants: none (PING), empty (an empty EVALSHA), take1 (one decision, one
+# Variants: none (PING), envoy (INCRBY + EXPIRE pipelined: envoyproxy/ratelimit's work per
+# descriptor), empty (an empty EVALSHA), take1 (one decision, one
 # call), batchN (N decisions of N keys in one call), loop:<piece> (1000 runs
 # of a piece of the double path in one call: fbucket, fV, fwait, pack,
 # unpack, format, nothing), upto:<line> (take's script cut before a line).
