@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
 )
 
 // Period is a calendar period.
@@ -97,15 +98,7 @@ func (l Limit) Validate() error {
 
 // CheckCost returns nil when 0 <= cost <= l.Limit, else an error matching
 // sluice.ErrInvalidCost or sluice.ErrCostExceedsCapacity.
-func (l Limit) CheckCost(cost int64) error {
-	if cost < 0 {
-		return sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", cost)
-	}
-	if cost > l.Limit {
-		return sluice.Errorf(sluice.ErrCostExceedsCapacity, "cost %d exceeds capacity %d", cost, l.Limit)
-	}
-	return nil
-}
+func (l Limit) CheckCost(cost int64) error { return bucket.CheckCost(cost, l.Limit) }
 
 // Zone is the name of l's time zone ("UTC" when Location is nil).
 func (l Limit) Zone() string {
