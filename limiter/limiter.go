@@ -12,6 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +37,16 @@ type Request struct {
 	// descriptors (its first matching cost rule, else 1). Negative costs
 	// are refused with sluice.ErrInvalidCost.
 	Cost int64
+	// Costs overrides Cost for the limits it names (by limit name): "1
+	// request and 1,200 tokens" against a requests-per-minute and a
+	// tokens-per-minute limit is Cost 1 (or the policy's) and Costs
+	// {"tpm": 1200}. Every name must be a limit that applies to the
+	// request and is not an in-flight cap (which takes one slot whatever
+	// the cost); else the check fails with a *UnknownLimitError, or
+	// sluice.ErrInvalidCost for a negative cost or an in-flight cap, and
+	// takes nothing. A cost above its limit's capacity is a *CostError
+	// naming the limit, as for Cost.
+	Costs map[string]int64
 	// Peek reports the limits' state and takes nothing. A peek is not a
 	// decision: it is not counted in sluice_decisions_total and a peek that
 	// finds a limit refusing is not logged.
@@ -109,6 +122,36 @@ type Result struct {
 
 	scratch *scratch // CheckInto's working space
 }
+
+// ErrUnknownLimit is matched by an *UnknownLimitError.
+var ErrUnknownLimit = errors.New("unknown limit")
+
+// UnknownLimitError reports a per-limit cost (Request.Costs, or an actual
+// cost given to SettleCosts) naming a limit that does not apply: not in the
+// policy, not applicable to the request's descriptors, or not in the
+// receipt. Nothing was taken or settled.
+type UnknownLimitError struct {
+	Name string
+	// Applicable are the names that would have been accepted, in policy
+	// order.
+	Applicable []string
+}
+
+// Error reads `unknown limit "x": the applicable limits are "a", "b"`.
+func (e *UnknownLimitError) Error() string {
+	msg := fmt.Sprintf("%v %q", ErrUnknownLimit, e.Name)
+	if len(e.Applicable) == 0 {
+		return msg + ": no limit applies"
+	}
+	q := make([]string, len(e.Applicable))
+	for i, n := range e.Applicable {
+		q[i] = strconv.Quote(n)
+	}
+	return msg + ": the applicable limits are " + strings.Join(q, ", ")
+}
+
+// Unwrap returns ErrUnknownLimit.
+func (e *UnknownLimitError) Unwrap() error { return ErrUnknownLimit }
 
 // CostError is returned when a cost exceeds the capacity of an applicable
 // limit: such a request can never be admitted (all or nothing), so
@@ -259,6 +302,35 @@ func (c *compiled) index(name string) int {
 	return -1
 }
 
+// perLimitCost checks a cost of Request.Costs for limit name (conc: an
+// in-flight cap).
+func perLimitCost(name string, v int64, conc bool) error {
+	switch {
+	case v < 0:
+		return sluice.Errorf(sluice.ErrInvalidCost, "cost %d for limit %q is negative", v, name)
+	case conc:
+		return sluice.Errorf(sluice.ErrInvalidCost, "limit %q is an in-flight cap (max_in_flight): a request holds one slot of it, whatever its cost", name)
+	}
+	return nil
+}
+
+// unknownLimit is the error for the first name (in sorted order) of costs
+// that is not among the applicable limits.
+func unknownLimit(costs map[string]int64, applicable []LimitStatus) error {
+	names := make([]string, len(applicable))
+	for i, st := range applicable {
+		names[i] = st.Name
+	}
+	var unknown []string
+	for n := range costs {
+		if !slices.Contains(names, n) {
+			unknown = append(unknown, n)
+		}
+	}
+	slices.Sort(unknown)
+	return &UnknownLimitError{Name: unknown[0], Applicable: names}
+}
+
 // keyPrefix is the store key's prefix of a limit's keys: its name and,
 // when the spec has one, its state tag ("name@u5f5e100:"), so that a
 // limit changed into other units starts anew instead of misreading its
@@ -361,6 +433,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	if cost == 0 {
 		cost = c.p.Cost(req.Descriptors)
 	}
+	named := 0 // limits of req.Costs met
 	// (The items of the last check stay in the scratch until the next one
 	// overwrites them: keys the store owns, a few at most.)
 	items, which, ends, user, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
@@ -380,6 +453,15 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		}
 		key = k
 		itemCost := cost
+		if req.Costs != nil {
+			if v, ok := req.Costs[lim.Name]; ok {
+				if err := perLimitCost(lim.Name, v, c.conc[i]); err != nil {
+					sc.key = key[:0]
+					return err
+				}
+				itemCost, named = v, named+1
+			}
+		}
 		if c.conc[i] {
 			itemCost = 1
 		} else if itemCost > c.status[i].Capacity {
@@ -395,6 +477,9 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		limits[len(limits)-1].TokenCost = itemCost
 	}
 	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
+	if named < len(req.Costs) {
+		return unknownLimit(req.Costs, limits)
+	}
 	res.Allowed, res.Limits, res.Cost = true, limits, cost
 	if len(items) == 0 {
 		l.observe(c, nil, res, req, start, timed)
@@ -451,7 +536,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	}
 	if res.Allowed && !req.Peek && req.Receipt {
 		for i := range items {
-			if it := &items[i]; !it.Spec.HoldsSlots() && it.Cost > 0 {
+			if it := &items[i]; !it.Spec.HoldsSlots() && (it.Cost > 0 || req.Costs != nil) {
 				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
 				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
 			}

@@ -46,12 +46,19 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			cost = c.p.Cost(req.Descriptors)
 		}
 		out.Results[r] = Result{Allowed: true, Cost: cost}
+		named := 0
 		for i, lim := range c.p.Limits {
 			key, ok := lim.Match(req.Descriptors)
 			if !ok {
 				continue
 			}
 			itemCost := cost
+			if v, ok := req.Costs[lim.Name]; ok {
+				if err := perLimitCost(lim.Name, v, lim.Kind == policy.Concurrency); err != nil {
+					return ManyResult{}, err
+				}
+				itemCost, named = v, named+1
+			}
 			if lim.Kind == policy.Concurrency {
 				itemCost = 1
 			}
@@ -80,6 +87,9 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			st := statusOf(lim)
 			st.Key, st.TokenCost = key, itemCost
 			out.Results[r].Limits = append(out.Results[r].Limits, st)
+		}
+		if named < len(req.Costs) {
+			return ManyResult{}, unknownLimit(req.Costs, out.Results[r].Limits)
 		}
 	}
 	if len(items) > 0 {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
@@ -74,13 +75,32 @@ func (l *Limiter) Settle(ctx context.Context, r Receipt, actual int64) error {
 	if actual < 0 {
 		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
 	}
-	if err := l.CheckSettle(r, actual); err != nil {
+	return l.SettleCosts(ctx, r, actual, nil)
+}
+
+// KeepCost, as SettleCosts' actual, keeps what the limits not named in its
+// actuals took.
+const KeepCost int64 = -1
+
+// SettleCosts is Settle with an actual cost per limit: each limit named in
+// actuals (by name) settles with its own actual cost; the others with
+// actual, or, when actual is KeepCost, keep what they took. A name that is
+// not a limit of the receipt is a *UnknownLimitError, a negative cost
+// sluice.ErrInvalidCost; both change nothing.
+func (l *Limiter) SettleCosts(ctx context.Context, r Receipt, actual int64, actuals map[string]int64) error {
+	if err := l.CheckSettleCosts(r, actual, actuals); err != nil {
 		return err
 	}
 	adj := make([]store.Adjustment, 0, len(r.taken))
-	for _, t := range r.taken {
-		t.Delta = actual - t.Delta
-		if t.Delta != 0 {
+	for i, t := range r.taken {
+		v, ok := actuals[r.limits[i]]
+		if !ok {
+			if actual == KeepCost {
+				continue
+			}
+			v = actual
+		}
+		if t.Delta = v - t.Delta; t.Delta != 0 {
 			adj = append(adj, t)
 		}
 	}
@@ -98,6 +118,28 @@ func (l *Limiter) Settle(ctx context.Context, r Receipt, actual int64) error {
 func (l *Limiter) CheckSettle(r Receipt, actual int64) error {
 	if actual < 0 {
 		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
+	}
+	return l.CheckSettleCosts(r, actual, nil)
+}
+
+// CheckSettleCosts reports what SettleCosts would refuse without changing
+// anything.
+func (l *Limiter) CheckSettleCosts(r Receipt, actual int64, actuals map[string]int64) error {
+	if actual < 0 && actual != KeepCost {
+		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
+	}
+	var unknown []string
+	for n, v := range actuals {
+		if v < 0 {
+			return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d for limit %q is negative", v, n)
+		}
+		if !slices.Contains(r.limits, n) {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return &UnknownLimitError{Name: unknown[0], Applicable: slices.Clone(r.limits)}
 	}
 	return nil
 }

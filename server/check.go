@@ -19,10 +19,13 @@ import (
 type CheckRequest struct {
 	Descriptors map[string]string `json:"descriptors"`
 	// Cost: absent means the policy's cost for the descriptors; 0 peeks.
-	Cost      *int64 `json:"cost"`
-	MaxWaitMS int64  `json:"max_wait_ms"`
-	Retry     bool   `json:"retry"`
-	RequestID string `json:"request_id"`
+	Cost *int64 `json:"cost"`
+	// Costs overrides Cost for the limits it names (limiter.Request.Costs):
+	// {"tpm": 1200}.
+	Costs     map[string]int64 `json:"costs"`
+	MaxWaitMS int64            `json:"max_wait_ms"`
+	Retry     bool             `json:"retry"`
+	RequestID string           `json:"request_id"`
 }
 
 // The bounds of a check request (keys are stored, so their size bounds
@@ -45,8 +48,15 @@ func (c *CheckRequest) Validate() error {
 		return fmt.Errorf("cost %d is negative", *c.Cost)
 	case c.MaxWaitMS < 0:
 		return fmt.Errorf("max_wait_ms %d is negative", c.MaxWaitMS)
+	case len(c.Costs) > MaxDescriptors:
+		return fmt.Errorf("costs name %d limits, more than %d", len(c.Costs), MaxDescriptors)
 	case len(c.RequestID) > MaxRequestID:
 		return fmt.Errorf("request_id of %d bytes, more than %d", len(c.RequestID), MaxRequestID)
+	}
+	for n, v := range c.Costs {
+		if v < 0 {
+			return fmt.Errorf("costs: cost %d for limit %.40q is negative", v, n)
+		}
 	}
 	for k, v := range c.Descriptors {
 		switch {
@@ -60,7 +70,8 @@ func (c *CheckRequest) Validate() error {
 }
 
 // Fingerprint is what makes two checks the same request for request_id:
-// their descriptors and their cost (absent, or its value). The retry flag
+// their descriptors and their cost (absent, or its value) and per-limit
+// costs. The retry flag
 // and max_wait_ms are left out: a retry of a request is marked as one, and
 // how long its caller waits does not change what it asks for.
 func (c *CheckRequest) Fingerprint() string {
@@ -78,6 +89,14 @@ func (c *CheckRequest) Fingerprint() string {
 		h.Write([]byte("c-"))
 	} else {
 		fmt.Fprintf(h, "c%d", *c.Cost)
+	}
+	names := make([]string, 0, len(c.Costs))
+	for n := range c.Costs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "l%d:%s%d", len(n), n, c.Costs[n])
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
@@ -132,7 +151,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 // decide runs a validated check and writes the answer; it returns the
 // answer when it is a decision (kept for request_id retries), nil for errors.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckRequest) *reply {
-	lr := limiter.Request{Descriptors: req.Descriptors, Retry: req.Retry, Receipt: true}
+	lr := limiter.Request{Descriptors: req.Descriptors, Costs: req.Costs, Retry: req.Retry, Receipt: true}
 	if req.Cost != nil {
 		if *req.Cost == 0 {
 			lr.Peek = true
@@ -262,6 +281,10 @@ func (b badReceipt) Error() string { return b.err.Error() }
 type SettleRequest struct {
 	Lease      string `json:"lease"`
 	ActualCost *int64 `json:"actual_cost"`
+	// ActualCosts settles the limits it names with their own actual cost;
+	// the others settle with ActualCost when given, else keep what they
+	// took.
+	ActualCosts map[string]int64 `json:"actual_costs"`
 }
 
 func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
@@ -273,12 +296,22 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	case req.Lease == "":
 		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
 		return
-	case req.ActualCost == nil:
-		fail(w, http.StatusBadRequest, "bad_request", "actual_cost is missing")
+	case req.ActualCost == nil && req.ActualCosts == nil:
+		fail(w, http.StatusBadRequest, "bad_request", "actual_cost (or actual_costs) is missing")
 		return
-	case *req.ActualCost < 0:
+	case req.ActualCost != nil && *req.ActualCost < 0:
 		fail(w, http.StatusBadRequest, "bad_request", "actual_cost %d is negative", *req.ActualCost)
 		return
+	}
+	for n, v := range req.ActualCosts {
+		if v < 0 {
+			fail(w, http.StatusBadRequest, "bad_request", "actual_costs: cost %d for limit %.40q is negative", v, n)
+			return
+		}
+	}
+	actual := limiter.KeepCost
+	if req.ActualCost != nil {
+		actual = *req.ActualCost
 	}
 	var rec limiter.Receipt
 	_, err := s.book.TakeReceipt(r.Context(), req.Lease, func(raw []byte) error {
@@ -286,12 +319,12 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		if rec, err = s.cfg.Limiter.UnmarshalReceipt(raw); err != nil {
 			return badReceipt{err}
 		}
-		return s.cfg.Limiter.CheckSettle(rec, *req.ActualCost)
+		return s.cfg.Limiter.CheckSettleCosts(rec, actual, req.ActualCosts)
 	})
 	var ce *limiter.CostError
 	var br badReceipt
 	switch {
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), errors.Is(err, limiter.ErrUnknownLimit):
 		answer.Classify(err).Write(w) // nothing changed: the lease can be settled again
 		return
 	case errors.Is(err, book.ErrUnknown):
@@ -311,7 +344,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
 		return
 	}
-	if err := s.cfg.Limiter.Settle(r.Context(), rec, *req.ActualCost); err != nil {
+	if err := s.cfg.Limiter.SettleCosts(r.Context(), rec, actual, req.ActualCosts); err != nil {
 		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
 		return
 	}

@@ -297,3 +297,63 @@ func TestSettle(t *testing.T) {
 		}
 	}
 }
+
+// Per-limit costs over HTTP: "costs" on /v1/check, "actual_costs" on
+// /v1/settle; a name that is no applicable limit is 400 unknown_limit, a
+// cost above a limit's capacity 422 naming it; nothing is taken either way.
+func TestPerLimitCostsHTTP(t *testing.T) {
+	ts := newServer(t, nil)
+	_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "llm"}, "cost": 1, "costs": {"global": 400}}`)
+	lease, _ := m["lease"].(string)
+	if m["allowed"] != true || lease == "" {
+		t.Fatalf("%v", m)
+	}
+	lim := func(m map[string]any, i int) map[string]any { return m["limits"].([]any)[i].(map[string]any) }
+	if g, ten := lim(m, 0), lim(m, 1); g["token_cost"] != 400.0 || g["tokens_remaining"] != 600.0 || ten["token_cost"] != 1.0 || ten["tokens_remaining"] != 2.0 {
+		t.Fatalf("costs: %v", m)
+	}
+	for body, want := range map[string][3]string{
+		`{"descriptors": {"tenant": "llm"}, "costs": {"tpm": 1}}`:       {"400", "unknown_limit", "tpm"},
+		`{"descriptors": {"tenant": "llm"}, "costs": {"tools": 1}}`:     {"400", "unknown_limit", "tools"}, // not applicable: no api_key
+		`{"descriptors": {"tenant": "llm"}, "costs": {"global": 1001}}`: {"422", "cost_exceeds_capacity", "global"},
+		`{"descriptors": {"tenant": "llm"}, "costs": {"global": -2}}`:   {"400", "bad_request", ""},
+		`{"descriptors": {"tenant": "llm"}, "costs": {"global": "x"}}`:  {"400", "bad_json", ""},
+	} {
+		resp, m := post(t, ts, "/v1/check", body)
+		if resp.Status[:3] != want[0] || m["code"] != want[1] || (want[2] != "" && m["limit"] != want[2]) {
+			t.Errorf("%s: %s %v, want %v", body, resp.Status, m, want)
+		}
+	}
+	_, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "llm"}, "cost": 0}`)
+	if g := lim(m, 0); g["tokens_remaining"] != 600.0 {
+		t.Fatalf("refused checks took from global: %v", g)
+	}
+	// unknown names and negative costs at settle change nothing and leave
+	// the lease to settle
+	for body, want := range map[string][2]string{
+		`{"lease": "` + lease + `", "actual_costs": {"tpm": 1}}`:     {"400", "unknown_limit"},
+		`{"lease": "` + lease + `", "actual_costs": {"global": -1}}`: {"400", "bad_request"},
+	} {
+		if resp, m := post(t, ts, "/v1/settle", body); resp.Status[:3] != want[0] || m["code"] != want[1] {
+			t.Errorf("%s: %s %v, want %v", body, resp.Status, m, want)
+		}
+	}
+	// global settles to 350, tenant_api (not named, no actual_cost) keeps 1
+	if resp, m := post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_costs": {"global": 350}}`); resp.StatusCode != 200 || m["settled"] != true {
+		t.Fatalf("settle: %d %v", resp.StatusCode, m)
+	}
+	_, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "llm"}, "cost": 0}`)
+	if g, ten := lim(m, 0), lim(m, 1); g["tokens_remaining"] != 650.0 || ten["tokens_remaining"] != 2.0 {
+		t.Fatalf("after settling global to 350: %v %v", g, ten)
+	}
+	// actual_cost for the others with actual_costs for the named
+	_, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "llm"}, "cost": 2, "costs": {"global": 10}}`)
+	lease = m["lease"].(string)
+	if resp, _ := post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_cost": 0, "actual_costs": {"global": 20}}`); resp.StatusCode != 200 {
+		t.Fatalf("settle: %d", resp.StatusCode)
+	}
+	_, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "llm"}, "cost": 0}`)
+	if g, ten := lim(m, 0), lim(m, 1); g["tokens_remaining"] != 630.0 || ten["tokens_remaining"] != 2.0 {
+		t.Fatalf("after settling global to 20 and tenant_api to 0: %v %v", g, ten)
+	}
+}

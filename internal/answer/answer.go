@@ -174,14 +174,18 @@ type Problem struct {
 }
 
 // Classify maps a decision's error: a cost above a limit's capacity is 422
-// cost_exceeds_capacity (retrying is useless), an invalid cost 400
+// cost_exceeds_capacity (retrying is useless), a per-limit cost naming a
+// limit that does not apply 400 unknown_limit, an invalid cost 400
 // bad_request, the key cap 503 store_full (with the store's RetryAfter
 // when it knows when room comes), anything else (the store failing) 503
 // store_error.
 func Classify(err error) Problem {
 	var ce *limiter.CostError
 	var fe *store.FullError
+	var ue *limiter.UnknownLimitError
 	switch {
+	case errors.As(err, &ue):
+		return Problem{Status: http.StatusBadRequest, Code: "unknown_limit", GRPC: GRPCInvalidArgument, Msg: plain(err), Limit: ue.Name}
 	case errors.As(err, &ce):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument,
 			Msg: fmt.Sprintf("cost %d exceeds capacity %d of limit %q: it can never be admitted", ce.Cost, ce.Capacity, ce.Limit), Limit: ce.Limit}
