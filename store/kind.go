@@ -193,6 +193,32 @@ func (s *Spec) stepOther(st State, exists bool, now Now, cost int64) (State, slu
 	return kinds[s.Kind].alg.step(s, st, exists, now, cost)
 }
 
+// Book is Step for an item with a MaxWait (see Item.MaxWait): a token
+// bucket books cost at the earliest time it is available, going into debt,
+// when that is within maxWait (wait says how long after now; the decision
+// is the state's after the booking: Allowed, its Remaining and
+// ResetAfter); refused otherwise, with Step's decision (nothing booked).
+// Other kinds decide as Step does (wait 0). Not for kinds that hold slots.
+func (s *Spec) Book(st State, exists bool, now Now, cost int64, maxWait time.Duration) (out State, dec sluice.Decision, wait time.Duration) {
+	if s.Kind != TokenBucket || maxWait <= 0 {
+		out, dec = s.Step(st, exists, now, cost)
+		return out, dec, 0
+	}
+	p := &s.Bucket
+	t, o, ph := st.tat()
+	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
+	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
+	nt, w, ok := p.Reserve(tat, at, cost, maxWait)
+	if !ok {
+		out, dec = stepBucket(s, st, exists, now, cost)
+		return out, dec, 0
+	}
+	_, dec = p.Step(nt, at, 0)
+	dec.Allowed = true // (a peek of a state in debt says not allowed)
+	dec.RetryAfter = 0
+	return bucketState(nt, origin, phase), dec, w
+}
+
 // Adjust applies a correction delta (see Adjustment; the caller has
 // checked RefundBefore) to a key's state at now. ok is false when nothing
 // changes (a refund to a window or period already over); dec is the

@@ -67,6 +67,20 @@ type Item struct {
 	// cost exactly (the tokens are not yet refilled, the window not yet
 	// over). 0 when nothing can be returned.
 	RefundBefore int64
+	// MaxWait, when positive, lets Take book the request (the same for
+	// every item of a request): when it cannot be admitted now but every
+	// token-bucket item can take its cost within MaxWait by going into
+	// debt (each booking moving the bucket's theoretical arrival time, so
+	// that bookings on a key are served in their order of arrival at the
+	// store), Take admits it and sets each item's Wait; items of other
+	// kinds must admit now. All items or none, as ever.
+	MaxWait time.Duration
+	// Wait is set by Take on an admitted request: how long after the
+	// decision this item's cost is available (0 when it is now). The
+	// request may act after the largest Wait of its items (Result.Wait). A
+	// caller that gives up returns the booking with Adjust (Delta -Cost,
+	// before RefundBefore), exactly, whatever was booked after it.
+	Wait time.Duration
 }
 
 // Adjustment corrects what an admitted item took, for costs known only
@@ -90,6 +104,9 @@ type Result struct {
 	// Lease identifies the slots taken by Concurrency items; release it
 	// with Release. Empty when there were none.
 	Lease Lease
+	// Wait is, for an admitted request, the largest Wait of its items: the
+	// request may act that long after the decision (0: at once).
+	Wait time.Duration
 }
 
 // Lease names the in-flight slots one admission took.

@@ -211,7 +211,7 @@ func (s *Store) fallback(ctx context.Context, items []store.Item, cause error) (
 	var at []int
 	for i := range items {
 		it := &items[i]
-		it.RefundBefore = 0
+		it.RefundBefore, it.Wait = 0, 0
 		if s.mode(it.Spec) == FailOpen {
 			s.fallbacks.WithLabelValues(FailOpen).Inc()
 			it.Decision = sluice.Decision{Allowed: true, Remaining: max(it.Spec.Capacity()-it.Cost, 0)}
@@ -225,7 +225,7 @@ func (s *Store) fallback(ctx context.Context, items []store.Item, cause error) (
 			res.Allowed = false
 			continue
 		}
-		local = append(local, store.Item{Key: it.Key, Spec: sp, Cost: it.Cost})
+		local = append(local, store.Item{Key: it.Key, Spec: sp, Cost: it.Cost, MaxWait: it.MaxWait})
 		at = append(at, i)
 	}
 	if len(local) == 0 {
@@ -243,8 +243,16 @@ func (s *Store) fallback(ctx context.Context, items []store.Item, cause error) (
 	for j, i := range at {
 		items[i].Decision = local[j].Decision
 		items[i].RefundBefore = local[j].RefundBefore
+		items[i].Wait = local[j].Wait
 	}
 	res.Allowed = res.Allowed && r.Allowed
+	if res.Allowed {
+		res.Wait = r.Wait
+	} else {
+		for i := range items {
+			items[i].Wait = 0
+		}
+	}
 	if res.Allowed && r.Lease.ID != "" {
 		res.Lease = store.Lease{ID: localPrefix + r.Lease.ID, Keys: r.Lease.Keys}
 	}

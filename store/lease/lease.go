@@ -176,6 +176,22 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		for i, it := range items {
 			ents[i] = s.entryLocked(sh[i], it, now)
 		}
+		if items[0].MaxWait > 0 {
+			// A booking: the local leases serve it only when they hold
+			// every cost now; else it is booked on the shared store, whose
+			// line is the one every instance waits in.
+			covered := true
+			for i, it := range items {
+				covered = covered && it.Cost <= ents[i].tokens
+			}
+			if !covered {
+				s.unlock(locked)
+				return s.direct(ctx, items, ents)
+			}
+			for i := range items {
+				items[i].Wait = 0
+			}
+		}
 		pl := s.plan(items, ents, now)
 		if pl.refuse >= 0 {
 			// The shared bucket said it cannot have this much before
@@ -317,6 +333,7 @@ func (s *Store) observe(e *entry, cost, now int64) {
 
 // direct decides items on the shared store with their own costs, leaving
 // the leases as they are, and remembers what the shared bucket said.
+// A booking's items keep their Wait (the shared store's).
 func (s *Store) direct(ctx context.Context, items []store.Item, ents []*entry) (store.Result, error) {
 	s.trips.Add(1)
 	r, err := s.inner.Take(ctx, items)

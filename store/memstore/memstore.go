@@ -295,7 +295,7 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 		if it.Spec.HoldsSlots() {
 			var sl *slots
 			it.Decision, sl = s.peekSlots(shd, *it, d)
-			isNew = sl == nil
+			it.Wait, isNew = 0, sl == nil
 		} else {
 			e := shd.m.get(m.hashes[i], it.Key)
 			m.ents[i] = e
@@ -303,7 +303,7 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 			if e != nil {
 				cur = e.entry
 			}
-			m.next[i], it.Decision = step(*it, cur, e != nil, d, s.wall(wall, d))
+			m.next[i], it.Decision, it.Wait = decide(*it, cur, e != nil, d, s.wall(wall, d))
 			isNew = e == nil
 		}
 		if !it.Decision.Allowed {
@@ -332,8 +332,11 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 func (s *Store) refuseMany(items []store.Item, m *many, borrowed bool, d, wall int64) {
 	s.keys.Add(-int64(m.rm.held))
 	for i := range items {
+		items[i].Wait = 0
 		if it := &items[i]; it.Decision.Allowed && it.Cost > 0 {
+			// Its state as it is; it alone would admit (or book).
 			it.Decision = s.peek(&s.shards[m.itemShard[i]], *it, m.ents[i], d, wall)
+			it.Decision.Allowed, it.Decision.RetryAfter = true, 0
 		}
 		if borrowed {
 			ownKey(&items[i], m.ents[i]) // (nil for Concurrency items)
@@ -358,6 +361,7 @@ func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borro
 		if it.Cost > 0 {
 			it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), it.Decision.ResetAfter)
 		}
+		res.Wait = max(res.Wait, it.Wait)
 		e := m.ents[i]
 		if m.rm.made && e != nil && e.key != it.Key {
 			e = nil // evicted to make room (it was idle: the same as new)
@@ -411,6 +415,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	if it.Spec.HoldsSlots() {
 		var sl *slots
 		it.Decision, sl = s.peekSlots(shd, *it, d)
+		it.Wait = 0
 		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 && sl == nil && !s.room1(shd, d, false) {
 			return store.Result{}, errNoRoom
 		}
@@ -429,9 +434,12 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	} else if it.Cost > 0 && !s.room1(shd, d, true) {
 		return store.Result{}, errNoRoom
 	}
-	next, dec := step(*it, cur, e != nil, d, s.wall(wall, d))
-	it.Decision = dec
+	next, dec, wait := decide(*it, cur, e != nil, d, s.wall(wall, d))
+	it.Decision, it.Wait = dec, 0
 	res.Allowed = dec.Allowed
+	if dec.Allowed {
+		it.Wait, res.Wait = wait, wait
+	}
 	if dec.Allowed && it.Cost > 0 {
 		it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), dec.ResetAfter)
 		if e != nil {
@@ -494,6 +502,17 @@ func ownKeys(items []store.Item) {
 func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
 	st, dec := it.Spec.Step(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost)
 	return entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}, dec
+}
+
+// decide is step, or for an item with a MaxWait the kind's Book (wait:
+// how long until its cost is there).
+func decide(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision, time.Duration) {
+	if it.MaxWait <= 0 || it.Cost == 0 {
+		next, dec := step(it, e, exists, d, wall)
+		return next, dec, 0
+	}
+	st, dec, wait := it.Spec.Book(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost, it.MaxWait)
+	return entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}, dec, wait
 }
 
 // idleAt is d + wait, saturating: a bucket deep in debt reports waits near

@@ -99,10 +99,14 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		specs = append(specs, sp)
 		return len(specs)
 	}
-	tail := make([]string, 0, 1+2*len(batch)+2*n)
+	tail := make([]string, 0, 1+3*len(batch)+2*n)
 	tail = append(tail, itoa(int64(len(batch))))
 	for _, c := range batch {
-		tail = append(tail, c.lease, itoa(int64(len(c.items))))
+		mw := ""
+		if len(c.items) > 0 && c.items[0].MaxWait > 0 {
+			mw = hex64(int64(c.items[0].MaxWait))
+		}
+		tail = append(tail, c.lease, itoa(int64(len(c.items))), mw)
 		for i := range c.items {
 			it := &c.items[i]
 			keys = append(keys, s.Key(it.Spec.Kind, it.Key))

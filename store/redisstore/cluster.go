@@ -34,7 +34,7 @@ func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]in
 	okGroup := make([]bool, len(groups))
 	for g, c := range calls {
 		for j, i := range groups[g] {
-			items[i].Decision, items[i].RefundBefore = c.items[j].Decision, c.items[j].RefundBefore
+			items[i].Decision, items[i].RefundBefore, items[i].Wait = c.items[j].Decision, c.items[j].RefundBefore, c.items[j].Wait
 		}
 		switch {
 		case c.err != nil:

@@ -186,10 +186,13 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 		if err != nil {
 			return err
 		}
-		c.ok = all == 1
+		c.ok = all >= 1
 		per := 4
-		if c.ok {
+		switch all {
+		case 1:
 			per = 2 // admitted: remaining and reset
+		case 2:
+			per = 3 // admitted, booked: remaining, reset and wait
 		}
 		arr = arr[1:]
 		if len(arr) < per*len(c.items) {
@@ -198,10 +201,14 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 		for i := range c.items {
 			f := arr[per*i:]
 			var v [4]int64 // allowed, remaining, retry, reset
+			var wait int64
 			if c.ok {
 				v[0] = 1
 				if v[1], err = value(f[0]); err == nil {
 					v[3], err = value(f[1])
+				}
+				if err == nil && per == 3 {
+					wait, err = value(f[2])
 				}
 			} else {
 				for k := range v {
@@ -215,6 +222,7 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 			}
 			it := &c.items[i]
 			it.Decision = sluice.Decision{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: time.Duration(v[2]), ResetAfter: time.Duration(v[3])}
+			it.Wait = time.Duration(wait)
 			it.RefundBefore = 0
 			if c.ok && it.Cost > 0 {
 				it.RefundBefore = store.RefundBefore(it.Spec, now, time.Duration(v[3]))

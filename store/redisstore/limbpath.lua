@@ -47,3 +47,31 @@ local function limb_window(kind, at, key, costn, cs, nowhex, expire)
   end
   return ok, outv(rem), outv(retry), outv(rr), function() save(key, kind, st, rr, expire) end
 end
+
+-- limb_book is bucket.Params.Reserve (store.Spec.Book): cost booked at the
+-- earliest time it is there, the state going into debt, when that wait is
+-- within mwhex; else Step's refusal (nothing booked). Returns take's five
+-- values and the wait.
+local function limb_book(at, key, costn, cs, nowhex, expire, mwhex)
+  local now = limbnow(nowhex)
+  local P = bparams(at)
+  local cost = costl(costn, cs)
+  local tat, origin, phase = bstate(P, load(key, 'b', 3), now)
+  local eneg, e = elapsed(now, origin)
+  local v = (units(P, eneg, e, phase))
+  local nt = add(bbase(P, tat, eneg, e, phase), mul(cost, P.U))
+  local w = ZERO
+  local ok = cmp(sub(nt, v), MAXAHEAD) <= 0
+  if ok and cmp(nt, P.C) > 0 then w = wait(P, sub(nt, P.C), eneg, e, phase) end
+  if not ok or cmp(w, hex(mwhex)) > 0 then
+    local a1, a2, a3, a4, a5 = limb_bucket(at, key, costn, cs, nowhex, expire)
+    return a1, a2, a3, a4, a5, 0
+  end
+  local _, _, rem, _, rr = bstep(P, nt, eneg, e, phase, ZERO)
+  if not eneg then
+    -- rebase to now (exact), as limb_bucket does
+    local vv, r = units(P, false, e, phase)
+    nt, origin, phase = sub(nt, vv), now, r
+  end
+  return true, outv(rem), 0, outv(rr), function() save(key, 'b', {nt, origin, phase}, rr, expire) end, outv(w)
+end

@@ -220,11 +220,12 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}
 	if !res.Allowed {
 		for i := range items {
-			items[i].RefundBefore = 0
+			items[i].RefundBefore, items[i].Wait = 0, 0
 		}
 		return res, nil
 	}
 	for _, it := range items {
+		res.Wait = max(res.Wait, it.Wait)
 		if it.Spec.Kind == store.Concurrency && it.Cost > 0 {
 			res.Lease.ID = lease
 			res.Lease.Keys = append(res.Lease.Keys, s.Key(store.Concurrency, it.Key))

@@ -25,7 +25,7 @@ local LIMB
 local function limbs()
   if LIMB then return LIMB end
 ` + libLua + modelLua + limbpathLua + kindsLua + `
-  LIMB = {bucket = limb_bucket, window = limb_window, kinds = KIND, adjust = function(KEYS, ARGV)
+  LIMB = {bucket = limb_bucket, window = limb_window, book = limb_book, kinds = KIND, adjust = function(KEYS, ARGV)
     A = ARGV
 ` + adjustLua + `
   end}

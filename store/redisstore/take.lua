@@ -5,11 +5,14 @@
 -- then 8 fields per spec: kind (b bucket, s sliding window, f fixed
 -- window, c concurrency, or a kind of kinds.lua; a double-path bucket's letter is followed by an
 -- id naming its parameters) and 7 parameters; then R, the number of
--- requests, and per request its lease id and item count m, then 2 fields
--- per item: spec index and cost (decimal, or 'x' and 16 hex digits).
+-- requests, and per request its lease id, item count m and MaxWait (16
+-- hex digits of ns, or '' for none: a request with one books its token
+-- buckets, on the limb path), then 2 fields per item: spec index and cost
+-- (decimal, or 'x' and 16 hex digits).
 -- KEYS are the items' keys, request after request.
 -- Returns {items decided on doubles, now (hex), then per request: 1 and
--- per item remaining and reset when admitted, else 0 and per item allowed,
+-- per item remaining and reset when admitted (2 and per item remaining,
+-- reset and wait when admitted with a MaxWait), else 0 and per item allowed,
 -- remaining, retry and reset (integers, or hex strings when 2^53 or
 -- more)}.
 local nh, nl = now2(ARGV[1])
@@ -58,6 +61,8 @@ local oks, rems, retries, resets = {}, {}, {}, {} -- a request's items' decision
 local pend = {} -- a request's items' writes (reused: every request sets its own)
 local items, costs = {}, {} -- a request's items' specs and costs (likewise)
 local lease -- the request's lease id
+local mw -- the request's MaxWait (hex) or ''
+local waits = {} -- a request's items' waits (booked)
 local wt, wh, wl, wp, wr, we = {}, {}, {}, {}, {}, {} -- double-path writes, by KEYS index
 local fastn = 0
 local k = 0
@@ -70,7 +75,10 @@ a = a + 1
 local function decide(sp, key, costn, cs, k, i)
   local kind = sp.kind
   local ok, rem, retry, reset, save1
-  if kind == 'b' then
+  waits[i] = 0
+  if kind == 'b' and mw ~= '' and costn ~= 0 then
+    ok, rem, retry, reset, save1, waits[i] = limbs().book(sp.at, key, costn, cs, nowhex, expire, mw)
+  elseif kind == 'b' then
     local fast = false
     local F = sp.F
     if F and costn then
@@ -128,9 +136,9 @@ local function decide(sp, key, costn, cs, k, i)
 end
 
 for req = 1, nreq do
-  lease = ARGV[a]
+  lease, mw = ARGV[a], ARGV[a + 2]
   local m = tonumber(ARGV[a + 1])
-  a = a + 2
+  a = a + 3
   local k0 = k -- KEYS index before this request's first item
   local all = true
   for i = 1, m do
@@ -150,6 +158,7 @@ for req = 1, nreq do
       if oks[i] and tonumber(costs[i]) ~= 0 then
         local _
         _, rems[i], retries[i], resets[i] = decide(items[i], KEYS[k0 + i], 0, '0', k0 + i, i)
+        retries[i] = 0 -- it alone would admit (or book): no wait
       end
     end
   end
@@ -168,11 +177,21 @@ for req = 1, nreq do
       end
     end
     -- admitted: every item admitted, so remaining and reset per item
-    out[no + 1] = 1
-    no = no + 1
-    for i = 1, m do
-      out[no + 1], out[no + 2] = rems[i], resets[i]
-      no = no + 2
+    -- (and its wait, for a request with a MaxWait)
+    if mw ~= '' then
+      out[no + 1] = 2
+      no = no + 1
+      for i = 1, m do
+        out[no + 1], out[no + 2], out[no + 3] = rems[i], resets[i], waits[i]
+        no = no + 3
+      end
+    else
+      out[no + 1] = 1
+      no = no + 1
+      for i = 1, m do
+        out[no + 1], out[no + 2] = rems[i], resets[i]
+        no = no + 2
+      end
     end
   else
     out[no + 1] = 0

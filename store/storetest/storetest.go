@@ -54,6 +54,9 @@ func Run(t *testing.T, newStore Factory, opts ...Option) {
 		{"ConcurrentExact", testConcurrentExact},
 		{"IdenticalToPureModel", testIdenticalToModel},
 		{"Adjust", testAdjust},
+		{"BookFIFO", testBookFIFO},
+		{"BookAllOrNothing", testBookAllOrNothing},
+		{"BookCancel", testBookCancel},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := skip[c.name]; ok {
@@ -499,5 +502,111 @@ func testAdjust(t *testing.T, f Factory) {
 	s.Adjust(context.Background(), []store.Adjustment{{Key: "w", Spec: w, Delta: -4, RefundBefore: wi[0].RefundBefore}})
 	if r := take(t, s, store.Item{Key: "w", Spec: w}); r.Decisions[0].Remaining != 8 {
 		t.Fatalf("rule: a window refund within its window returns the cost: %+v", r.Decisions[0])
+	}
+}
+
+func book(t *testing.T, s store.Store, maxWait time.Duration, items ...store.Item) (store.Result, []store.Item) {
+	t.Helper()
+	for i := range items {
+		items[i].MaxWait = maxWait
+	}
+	r, err := s.Take(context.Background(), items)
+	if err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	return r, items
+}
+
+// Bookings on one key are served in their order of arrival: each books the
+// earliest time its cost is there after the bookings before it, a large
+// cost as well as a small one; one that would wait longer than its MaxWait
+// is refused and books nothing.
+func testBookFIFO(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	sp := spec(t, 10, 10)
+	take(t, s, store.Item{Key: "q", Spec: sp, Cost: 10}) // empty now
+	r, it := book(t, s, time.Second, store.Item{Key: "q", Spec: sp, Cost: 5})
+	if !r.Allowed || it[0].Wait != 500*time.Millisecond || r.Wait != 500*time.Millisecond || !it[0].Decision.Allowed || it[0].Decision.Remaining != 0 {
+		t.Fatalf("rule: a booking on an empty bucket waits exactly until its cost has refilled (500ms): %+v %+v", r, it[0])
+	}
+	r, it = book(t, s, time.Second, store.Item{Key: "q", Spec: sp, Cost: 1})
+	if !r.Allowed || it[0].Wait != 600*time.Millisecond {
+		t.Fatalf("rule: a later booking waits behind the earlier ones (600ms): %+v %+v", r, it[0])
+	}
+	r, it = book(t, s, time.Second, store.Item{Key: "q", Spec: sp, Cost: 10})
+	if r.Allowed || it[0].Wait != 0 {
+		t.Fatalf("rule: a booking that would wait longer than MaxWait (1.6s > 1s) is refused: %+v %+v", r, it[0])
+	}
+	r, it = book(t, s, 2*time.Second, store.Item{Key: "q", Spec: sp, Cost: 10})
+	if !r.Allowed || it[0].Wait != 1600*time.Millisecond {
+		t.Fatalf("rule: a large cost books its place in line like a small one (1.6s), never starved: %+v %+v", r, it[0])
+	}
+	r, it = book(t, s, 2*time.Second, store.Item{Key: "q", Spec: sp, Cost: 1})
+	if !r.Allowed || it[0].Wait != 1700*time.Millisecond {
+		t.Fatalf("rule: the refused booking took nothing; the next waits behind the large one (1.7s): %+v %+v", r, it[0])
+	}
+	r, it = book(t, s, time.Second, store.Item{Key: "other", Spec: sp, Cost: 3})
+	if !r.Allowed || it[0].Wait != 0 || it[0].Decision.Remaining != 7 {
+		t.Fatalf("rule: a booking that can be admitted now waits 0, as a take: %+v %+v", r, it[0])
+	}
+}
+
+// A booking is all or nothing: items of other kinds must admit now, and a
+// bucket that would wait too long refuses the whole request; nothing is
+// booked anywhere.
+func testBookAllOrNothing(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	a, b := spec(t, 10, 10), spec(t, 10, 1)
+	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 1, Window: time.Minute}}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: time.Minute}
+	take(t, s, store.Item{Key: "a", Spec: a, Cost: 10}, store.Item{Key: "b", Spec: b, Cost: 10},
+		store.Item{Key: "w", Spec: win, Cost: 1}, store.Item{Key: "c", Spec: conc, Cost: 1})
+	peekAll := func() []sluice.Decision {
+		return take(t, s, store.Item{Key: "a", Spec: a}, store.Item{Key: "b", Spec: b}).Decisions
+	}
+	before := peekAll()
+	for _, items := range [][]store.Item{
+		{{Key: "a", Spec: a, Cost: 5}, {Key: "b", Spec: b, Cost: 5}},    // b would wait 5s > 1s
+		{{Key: "a", Spec: a, Cost: 5}, {Key: "w", Spec: win, Cost: 1}},  // the window refuses now
+		{{Key: "a", Spec: a, Cost: 5}, {Key: "c", Spec: conc, Cost: 1}}, // no slot now
+		{{Key: "b", Spec: b, Cost: 1}, {Key: "a", Spec: a, Cost: 10}},   // a would wait 1s... and b 1s: both fit
+	}[:3] {
+		r, it := book(t, s, time.Second, items...)
+		if r.Allowed || r.Wait != 0 {
+			t.Fatalf("rule: a booking any item refuses is refused whole: %+v %+v", r, it)
+		}
+		for _, x := range it {
+			if x.Wait != 0 {
+				t.Fatalf("rule: a refused booking reports no wait: %+v", x)
+			}
+		}
+	}
+	if after := peekAll(); after[0] != before[0] || after[1] != before[1] {
+		t.Fatalf("rule: a refused booking books nothing: before %+v, after %+v", before, after)
+	}
+	r, it := book(t, s, 2*time.Second, store.Item{Key: "a", Spec: a, Cost: 5}, store.Item{Key: "b", Spec: b, Cost: 1})
+	if !r.Allowed || it[0].Wait != 500*time.Millisecond || it[1].Wait != time.Second || r.Wait != time.Second {
+		t.Fatalf("rule: a booking of several buckets waits for the last of them (1s): %+v %+v", r, it)
+	}
+}
+
+// Cancelling a booking (Adjust with -Cost before RefundBefore) returns its
+// tokens exactly, also when later bookings exist.
+func testBookCancel(t *testing.T, f Factory) {
+	s, _ := open(t, f)
+	sp := spec(t, 10, 10)
+	take(t, s, store.Item{Key: "k", Spec: sp, Cost: 10})
+	_, first := book(t, s, 2*time.Second, store.Item{Key: "k", Spec: sp, Cost: 5})
+	_, second := book(t, s, 2*time.Second, store.Item{Key: "k", Spec: sp, Cost: 1})
+	if first[0].Wait != 500*time.Millisecond || second[0].Wait != 600*time.Millisecond {
+		t.Fatalf("bookings: %+v %+v", first[0], second[0])
+	}
+	err := s.Adjust(context.Background(), []store.Adjustment{{Key: "k", Spec: sp, Delta: -5, RefundBefore: first[0].RefundBefore}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, next := book(t, s, 2*time.Second, store.Item{Key: "k", Spec: sp, Cost: 5})
+	if next[0].Wait != 600*time.Millisecond {
+		t.Fatalf("rule: a cancelled booking returns its tokens exactly, later bookings kept (the next 5 wait 600ms, after the 1 booked): %+v", next[0])
 	}
 }
