@@ -498,40 +498,42 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		}
 		from = ends[j]
 	}
-	var deadline time.Time
-	if req.MaxWait > 0 {
-		deadline = time.Now().Add(req.MaxWait)
+	if req.MaxWait > 0 && !req.Peek {
+		mw := req.MaxWait
+		if dl, ok := ctx.Deadline(); ok {
+			mw = min(mw, time.Until(dl))
+		}
+		for j := range items {
+			items[j].MaxWait = max(mw, 1)
+		}
 	}
-	for {
-		var r store.Result
-		var err error
-		if borrows {
-			r, err = kb.TakeBorrowed(ctx, items)
-			borrows = false // the keys are the store's now
-		} else {
-			r, err = l.st.Take(ctx, items)
+	var r store.Result
+	var err error
+	if borrows {
+		r, err = kb.TakeBorrowed(ctx, items)
+	} else {
+		r, err = l.st.Take(ctx, items)
+	}
+	if err != nil {
+		err = l.shownKeys(c, err, items, which, user, req.Descriptors)
+		if !errors.Is(err, store.ErrFull) {
+			l.m.errors.Inc()
 		}
-		if err != nil {
-			err = l.shownKeys(c, err, items, which, user, req.Descriptors)
-			if !errors.Is(err, store.ErrFull) {
-				l.m.errors.Inc()
-			}
-			l.logf(slog.LevelError, "rate limit: store failed", slog.String("error", err.Error()))
-			return fmt.Errorf("limiter: %w", err)
-		}
-		res.Allowed, res.Lease, res.RetryAfter = r.Allowed, r.Lease, 0
-		for i := range items {
-			d := items[i].Decision
-			st := &res.Limits[i]
-			st.Key = items[i].Key[user[i]:]
-			st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
-			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
-		}
-		if res.Allowed || deadline.IsZero() || time.Now().Add(res.RetryAfter).After(deadline) {
-			break
-		}
-		if err := sleep(ctx, res.RetryAfter); err != nil {
-			break // ctx ended: report the refusal
+		l.logf(slog.LevelError, "rate limit: store failed", slog.String("error", err.Error()))
+		return fmt.Errorf("limiter: %w", err)
+	}
+	res.Allowed, res.Lease, res.RetryAfter = r.Allowed, r.Lease, 0
+	for i := range items {
+		d := items[i].Decision
+		st := &res.Limits[i]
+		st.Key = items[i].Key[user[i]:]
+		st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
+		res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
+	}
+	if r.Allowed && r.Wait > 0 {
+		// Booked: the request's place in line comes after r.Wait.
+		if err := sleep(ctx, r.Wait); err != nil {
+			l.cancelBooking(items, res, r.Wait)
 		}
 	}
 	if res.Allowed && !req.Peek && req.Receipt {
@@ -544,6 +546,36 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	}
 	l.observe(c, which, res, req, start, timed)
 	return nil
+}
+
+// cancelBooking returns a booking whose caller gave up (its ctx ended
+// while it waited wait) exactly, and turns res into the refusal it
+// reports: the slots released, each booked limit refused with the wait it
+// had left.
+func (l *Limiter) cancelBooking(items []store.Item, res *Result, wait time.Duration) {
+	adj := make([]store.Adjustment, 0, len(items))
+	for _, it := range items {
+		if !it.Spec.HoldsSlots() && it.Cost > 0 {
+			adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: -it.Cost, RefundBefore: it.RefundBefore})
+		}
+	}
+	// A fresh context: the caller's has ended, and the tokens must go back.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.st.Adjust(ctx, adj); err != nil {
+		l.logf(slog.LevelError, "rate limit: a cancelled booking could not be returned", slog.String("error", err.Error()))
+	}
+	if res.Lease.ID != "" {
+		l.st.Release(ctx, res.Lease)
+		res.Lease = store.Lease{}
+	}
+	res.Allowed, res.RetryAfter = false, wait
+	for i := range items {
+		if items[i].Wait > 0 {
+			st := &res.Limits[i]
+			st.Allowed, st.RetryAfter = false, items[i].Wait
+		}
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
