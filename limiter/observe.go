@@ -63,7 +63,8 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 // logRefusal logs a limit's refusal with the fields of its kind: a token
 // bucket's are the behaviour contract's (bucket_capacity,
 // refill_per_second, token_cost, tokens_remaining), a window's its limit
-// and length, an in-flight cap's max_in_flight and in_flight. Durations are
+// and length, an in-flight cap's max_in_flight and in_flight, a quota's
+// quota_limit, period and timezone. Durations are
 // milliseconds; the key shows redacted descriptors as a hash.
 func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 	lim := c.p.Limits[i]
@@ -78,6 +79,9 @@ func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 		attrs = append(attrs, slog.Int64("max_in_flight", st.Capacity), slog.Int64("in_flight", st.Capacity-st.TokensRemaining))
 	case policy.SlidingWindow, policy.FixedWindow:
 		attrs = append(attrs, slog.Int64("window_limit", st.Capacity), slog.Int64("window_ms", st.Window.Milliseconds()),
+			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
+	case policy.Quota:
+		attrs = append(attrs, slog.Int64("quota_limit", st.Capacity), slog.String("period", st.Period), slog.String("timezone", lim.Quota.Zone()),
 			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
 	default:
 		attrs = append(attrs, slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),

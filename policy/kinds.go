@@ -3,6 +3,7 @@ package policy
 // The kinds of limit as the validator knows them: one table, a parse function per kind.
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -232,7 +233,10 @@ func parseQuota(f *limitFields, l *Limit) {
 	q.Location = time.UTC
 	if s, ok := f.str("timezone"); ok {
 		loc, err := loadZone(s)
-		if err != nil {
+		if errors.Is(err, errMachineZone) {
+			f.bad("timezone", "time zone %q depends on the machine that runs sluice: name the zone (an IANA name such as Europe/Berlin, or UTC)", s)
+			okZ = false
+		} else if err != nil {
 			f.bad("timezone", "unknown time zone %q (want an IANA name such as Europe/Berlin, or UTC)", s)
 			okZ = false
 		} else {
@@ -247,11 +251,14 @@ func parseQuota(f *limitFields, l *Limit) {
 	}
 }
 
+// errMachineZone is loadZone's error for "" and "Local".
+var errMachineZone = errors.New("the zone depends on the machine")
+
 // loadZone is time.LoadLocation, refusing "Local" and "" (a policy's
 // meaning must not depend on the machine it runs on).
 func loadZone(s string) (*time.Location, error) {
 	if s == "" || s == "Local" {
-		return nil, fmt.Errorf("zone %q depends on the machine", s)
+		return nil, errMachineZone
 	}
 	return time.LoadLocation(s)
 }

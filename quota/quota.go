@@ -208,8 +208,8 @@ func unixNano(t time.Time) int64 {
 }
 
 // State is a key's quota state: the start of the period it counts (Unix
-// ns) and the cost used in it. The zero State with Start math.MinInt64 is
-// a new key; any state of an earlier period is a new period's.
+// ns) and the cost used in it. New (Start math.MinInt64) is a key never
+// seen; a state of an earlier period counts as a new period's.
 type State struct {
 	Start int64
 	Used  int64

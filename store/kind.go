@@ -16,8 +16,10 @@ import (
 
 // Kind is what a limit counts. It is the one kind type of sluice: the
 // policy, the limiter, every store, the simulator and the servers name
-// kinds by it, and everything a store must know about a kind is in this
-// file (the Spec methods below dispatch on it).
+// kinds by it. What a Go store must know about a kind is in this file (the
+// Spec methods below dispatch on it); the Redis store mirrors each kind in
+// its script (store/redisstore: kindLetter and the spec's arguments in
+// codec.go, the transitions in kinds.lua).
 type Kind uint8
 
 const (
@@ -36,9 +38,12 @@ const (
 	numKinds
 )
 
-// kinds holds each kind's definition, indexed by Kind. Adding a kind is a
-// constant above, an entry here and its type below (and its mirror in the
-// Redis script, store/redisstore/kinds.lua).
+// kinds holds each kind's definition, indexed by Kind. Adding a kind here
+// is a constant above, an entry in kinds and in kindOrder, its fields in
+// Limit and Spec (and the Limit.Capacity case), and its algorithm type
+// below; then policy's table (policy/kinds.go) and the Redis mirror
+// (store/redisstore: kindLetter, the spec's arguments, kinds.lua). The
+// store's tests check that kinds, kindOrder and ParseKind agree.
 var kinds = [numKinds]struct {
 	name string
 	alg  algorithm

@@ -33,6 +33,13 @@ type simulateCmd struct {
 	Descriptor map[string]string `help:"Descriptors of every generated request (name=value; repeatable)."`
 }
 
+// The range of --start: times are Unix nanoseconds (1677-09-21 to
+// 2262-04-11), less a century for the trace itself.
+var (
+	minStart = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxStart = time.Date(2162, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // Validate checks the flags before anything is read or written (kong calls
 // it after parsing; its error is a usage error, exit status 2).
 func (c simulateCmd) Validate() error {
@@ -45,8 +52,11 @@ func (c simulateCmd) Validate() error {
 	default:
 		return fmt.Errorf("--generate %q: want pulse, steady or burst", c.Generate)
 	}
-	if _, err := time.Parse(time.RFC3339Nano, c.Start); err != nil {
+	if st, err := time.Parse(time.RFC3339Nano, c.Start); err != nil {
 		return fmt.Errorf("--start %q: want an RFC 3339 time such as 2026-03-28T12:00:00+01:00", c.Start)
+	} else if st.Before(minStart) || st.After(maxStart) {
+		return fmt.Errorf("--start %q: outside the times the simulator represents (%s to %s)", c.Start,
+			minStart.Format(time.DateOnly), maxStart.Format(time.DateOnly))
 	}
 	if c.MaxWait < 0 {
 		return fmt.Errorf("--max-wait %v: must be 0 (no waiting) or more", c.MaxWait)

@@ -35,6 +35,8 @@ func TestSimulateFlagErrorsAreUsageErrors(t *testing.T) {
 		{[]string{"--config", "p.yaml", "--trace", "t.jsonl", "--plot", "p.jpg"}, `--plot "p.jpg": the file must end in .png or .svg`},
 		{[]string{"--generate", "pulse", "--max-wait=-1s"}, "--max-wait -1s: must be 0 (no waiting) or more"},
 		{[]string{"--config", "p.yaml", "--trace", "t.jsonl", "--start", "2026-03-28"}, `--start "2026-03-28": want an RFC 3339 time`},
+		{[]string{"--config", "p.yaml", "--trace", "t.jsonl", "--start", "2300-01-01T00:00:00Z"}, `--start "2300-01-01T00:00:00Z": outside the times the simulator represents (1678-01-01 to 2162-01-01)`},
+		{[]string{"--config", "p.yaml", "--trace", "t.jsonl", "--start", "0001-01-01T00:00:00Z"}, `--start "0001-01-01T00:00:00Z": outside the times`},
 	} {
 		code, out, errOut := runCmd(t, "", append([]string{"simulate"}, tc.args...)...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "sluice: simulate: "+tc.want) {

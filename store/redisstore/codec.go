@@ -66,8 +66,9 @@ type specArgs struct {
 // paramsOf returns the script's 7 parameter fields for sp.
 func (s *Store) paramsOf(sp *store.Spec) []string { return s.argsOf(sp).fields }
 
-// argsOf returns the script's arguments for sp (cached: specs are
-// immutable). A token bucket whose numbers fit doubles exactly also gets
+// argsOf returns the script's arguments for sp (cached, specs being
+// immutable; a quota's are made at each call: they hold the periods
+// around the caller's clock). A token bucket whose numbers fit doubles exactly also gets
 // qn and rn (num = qn*den + rn), which select the script's double path,
 // and a tag naming its parameters (the script parses them once per tag);
 // others take the exact limb path.

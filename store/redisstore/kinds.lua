@@ -1,7 +1,8 @@
 -- sluice: kinds decided on limbs only, each one entry of KIND (by kind
--- letter) with take and adjust; take.lua and adjust.lua call them for any
--- letter they do not decide themselves. A kind added here needs no change
--- there.
+-- letter) with three functions: check (may refuse the whole call before
+-- anything is decided), take and adjust; take.lua and adjust.lua call them
+-- for any letter they do not decide themselves. A kind added here needs no
+-- change there.
 local KIND = {}
 
 -- q: a calendar quota (store.Quota, package quota). Parameters: [at]
@@ -63,7 +64,9 @@ KIND.q = {
   end,
   -- adjust is quota.Limit.Adjust (sign '-' returns delta, '+' charges).
   adjust = function(at, key, sign, delta, nowhex, expire)
-    if not qbounds(at, nowhex) then return end -- the store's clock is a period away from the caller's
+    -- The store's clock is a period away from the caller's: the settle is
+    -- dropped (take refuses such calls; a settle has no answer to refuse).
+    if not qbounds(at, nowhex) then return end
     local start, e, now, used, st = qstate(at, key, nowhex)
     if sign == '-' then
       if not st or cmp(st[1], start) ~= 0 then return end -- nothing left to return to
