@@ -117,3 +117,32 @@ func TestCheckCancelledBookingReturns(t *testing.T) {
 		}
 	})
 }
+
+// Reserve books without sleeping: Result.Wait is the turn; Settle with
+// actual 0 before it returns the booking exactly.
+func TestCheckReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limiterOver(t, bookSrc, memstore.New())
+		ctx := context.Background()
+		d := map[string]string{"k": "a"}
+		l.Check(ctx, limiter.Request{Descriptors: d}) // empty now
+		t0 := time.Now()
+		res, err := l.Check(ctx, limiter.Request{Descriptors: d, MaxWait: time.Second, Reserve: true, Receipt: true})
+		if err != nil || !res.Allowed || res.Wait != 100*time.Millisecond || time.Since(t0) != 0 {
+			t.Fatalf("reserve: %+v %v, after %v", res, err, time.Since(t0))
+		}
+		next, _ := l.Check(ctx, limiter.Request{Descriptors: d, MaxWait: time.Second, Reserve: true, Receipt: true})
+		if next.Wait != 200*time.Millisecond {
+			t.Fatalf("the next reservation: %+v", next)
+		}
+		if err := l.Settle(ctx, res.Receipt, 0); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := l.Check(ctx, limiter.Request{Descriptors: d, MaxWait: time.Second, Reserve: true}); again.Wait != 200*time.Millisecond {
+			t.Fatalf("after returning the first: %+v (want 200ms: one booking ahead)", again)
+		}
+		if plain, _ := l.Check(ctx, limiter.Request{Descriptors: map[string]string{"k": "b"}, MaxWait: time.Second, Reserve: true}); !plain.Allowed || plain.Wait != 0 {
+			t.Fatalf("a reservation admitted now: %+v", plain)
+		}
+	})
+}

@@ -51,9 +51,15 @@ type Request struct {
 	// decision: it is not counted in sluice_decisions_total and a peek that
 	// finds a limit refusing is not logged.
 	Peek bool
-	// MaxWait lets Check wait, up to this long (and ctx's deadline), for a
-	// refused request to be admitted; 0 decides at once.
+	// MaxWait lets Check book the request in its limits' line, when it
+	// cannot be admitted now, if its turn comes within this long (and ctx's
+	// deadline): FIFO by arrival at the store (store.Item.MaxWait). Check
+	// then sleeps until the turn (unless Reserve); 0 decides at once.
 	MaxWait time.Duration
+	// Reserve, with MaxWait, books without sleeping: an admitted Result's
+	// Wait says when the request may act. A caller that gives up returns
+	// the booking with Settle(actual 0) before the wait is over.
+	Reserve bool
 	// Retry marks a retried request, counted apart from original ones.
 	Retry bool
 	// Receipt asks for Result.Receipt (what was taken, for Settle); it
@@ -116,6 +122,9 @@ type Result struct {
 	Limits []LimitStatus
 	// Cost is the cost the request was charged (or would have been).
 	Cost int64
+	// Wait is, for an admitted Request.Reserve, how long after the
+	// decision the request may act (its booked turn); 0 otherwise.
+	Wait time.Duration
 	// Receipt records what an admitted request took, for Settle (when the
 	// request asked for it).
 	Receipt Receipt
@@ -480,7 +489,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	if named < len(req.Costs) {
 		return unknownLimit(req.Costs, limits)
 	}
-	res.Allowed, res.Limits, res.Cost = true, limits, cost
+	res.Allowed, res.Limits, res.Cost, res.Wait = true, limits, cost, 0
 	if len(items) == 0 {
 		l.observe(c, nil, res, req, start, timed)
 		return nil
@@ -532,7 +541,9 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	}
 	if r.Allowed && r.Wait > 0 {
 		// Booked: the request's place in line comes after r.Wait.
-		if err := sleep(ctx, r.Wait); err != nil {
+		if req.Reserve {
+			res.Wait = r.Wait
+		} else if err := sleep(ctx, r.Wait); err != nil {
 			l.cancelBooking(items, res, r.Wait)
 		}
 	}

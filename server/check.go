@@ -24,8 +24,12 @@ type CheckRequest struct {
 	// {"tpm": 1200}.
 	Costs     map[string]int64 `json:"costs"`
 	MaxWaitMS int64            `json:"max_wait_ms"`
-	Retry     bool             `json:"retry"`
-	RequestID string           `json:"request_id"`
+	// Reserve, with MaxWaitMS, books without holding the request: the
+	// answer comes at once with WaitMS (act after it) and a lease
+	// (limiter.Request.Reserve).
+	Reserve   bool   `json:"reserve"`
+	Retry     bool   `json:"retry"`
+	RequestID string `json:"request_id"`
 }
 
 // The bounds of a check request (keys are stored, so their size bounds
@@ -90,6 +94,9 @@ func (c *CheckRequest) Fingerprint() string {
 	} else {
 		fmt.Fprintf(h, "c%d", *c.Cost)
 	}
+	if c.Reserve {
+		h.Write([]byte("r"))
+	}
 	names := make([]string, 0, len(c.Costs))
 	for n := range c.Costs {
 		names = append(names, n)
@@ -103,10 +110,13 @@ func (c *CheckRequest) Fingerprint() string {
 
 // CheckResponse is the body of a /v1/check answer.
 type CheckResponse struct {
-	Allowed      bool                  `json:"allowed"`
-	RetryAfterMS int64                 `json:"retry_after_ms"`
-	Lease        string                `json:"lease,omitempty"`
-	Limits       []limiter.LimitStatus `json:"limits"`
+	Allowed      bool   `json:"allowed"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	Lease        string `json:"lease,omitempty"`
+	// WaitMS answers a reserve: how many ms from now the request may act
+	// (rounded up; 0: at once). Absent for other checks.
+	WaitMS *int64                `json:"wait_ms,omitempty"`
+	Limits []limiter.LimitStatus `json:"limits"`
 }
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
@@ -159,7 +169,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 			lr.Cost = *req.Cost
 		}
 	}
-	if req.MaxWaitMS > 0 {
+	switch {
+	case req.MaxWaitMS > 0 && req.Reserve:
+		// Booked, not held: not counted against --max-waiting.
+		lr.MaxWait, lr.Reserve = min(time.Duration(req.MaxWaitMS)*time.Millisecond, s.cfg.MaxWait), true
+	case req.MaxWaitMS > 0:
 		if s.waiting.Add(1) <= int64(s.cfg.MaxWaiting) {
 			lr.MaxWait = min(time.Duration(req.MaxWaitMS)*time.Millisecond, s.cfg.MaxWait)
 		}
@@ -174,7 +188,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 		p.Write(w)
 		return nil
 	}
-	a := s.reply(r, res)
+	a := s.reply(r, res, req.Reserve)
 	a.write(w)
 	return a
 }
@@ -195,8 +209,12 @@ func (a *reply) write(w http.ResponseWriter) {
 	w.Write(a.Body)
 }
 
-func (s *Server) reply(r *http.Request, res limiter.Result) *reply {
+func (s *Server) reply(r *http.Request, res limiter.Result, reserve bool) *reply {
 	resp := CheckResponse{Allowed: res.Allowed, Limits: res.Limits}
+	if reserve && res.Allowed {
+		ms := limiter.CeilMS(res.Wait)
+		resp.WaitMS = &ms
+	}
 	if resp.Limits == nil {
 		resp.Limits = []limiter.LimitStatus{}
 	}

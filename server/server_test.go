@@ -357,3 +357,41 @@ func TestPerLimitCostsHTTP(t *testing.T) {
 		t.Fatalf("after settling global to 20 and tenant_api to 0: %v %v", g, ten)
 	}
 }
+
+// "reserve": true books without holding the request: 200 at once with
+// wait_ms and a lease, 429 (nothing booked) when the turn is beyond
+// max_wait_ms; settling the lease with actual_cost 0 returns the booking.
+func TestReserveHTTP(t *testing.T) {
+	ts := newServer(t, func(c *server.Config) { c.MaxWait = time.Minute })
+	if _, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "r"}, "cost": 3}`); m["allowed"] != true {
+		t.Fatalf("%v", m)
+	}
+	resp, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "r"}, "cost": 1, "max_wait_ms": 5000, "reserve": true}`)
+	lease, _ := m["lease"].(string)
+	if resp.StatusCode != 200 || m["allowed"] != true || m["wait_ms"] != 2000.0 || lease == "" {
+		t.Fatalf("reserve: %d %v", resp.StatusCode, m)
+	}
+	resp, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "r"}, "cost": 2, "max_wait_ms": 3000, "reserve": true}`)
+	if resp.StatusCode != 429 || m["allowed"] != false || m["wait_ms"] != nil {
+		t.Fatalf("a turn beyond max_wait_ms: %d %v", resp.StatusCode, m)
+	}
+	resp, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "r"}, "cost": 1, "max_wait_ms": 5000, "reserve": true}`)
+	if resp.StatusCode != 200 || m["wait_ms"] != 4000.0 {
+		t.Fatalf("the next in line waits behind the first (4 s; the refused one booked nothing): %d %v", resp.StatusCode, m)
+	}
+	if resp, m := post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_cost": 0}`); resp.StatusCode != 200 {
+		t.Fatalf("cancel: %d %v", resp.StatusCode, m)
+	}
+	// the first booking's token is back: a new one waits as the second
+	// one alone would leave it (4 s), not behind both (6 s)
+	if _, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "r"}, "cost": 1, "max_wait_ms": 10000, "reserve": true}`); m["wait_ms"] != 4000.0 {
+		t.Fatalf("after the cancel: %v", m)
+	}
+	// a plain check answers no wait_ms
+	if _, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "other"}}`); m["wait_ms"] != nil {
+		t.Fatalf("wait_ms on a plain check: %v", m)
+	}
+	if _, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "other2"}, "max_wait_ms": 100, "reserve": true}`); m["wait_ms"] != 0.0 {
+		t.Fatalf("a reserve admitted at once says wait_ms 0: %v", m)
+	}
+}
