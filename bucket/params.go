@@ -322,6 +322,21 @@ func (p *Params) Reserve(tat int64, t Instant, cost int64, maxWait time.Duration
 	return nt, wait, true
 }
 
+// Pause is the state of a bucket told at t to pause for d (a server's
+// retry hint): empty exactly d after t, its debt reaching to then, so that
+// nothing is admitted before and it refills from empty at its rate after;
+// tat itself when that is later (a shorter pause than one in force changes
+// nothing). A pause beyond MaxElapsed is cut to it.
+func (p *Params) Pause(tat int64, t Instant, d time.Duration) int64 {
+	e := t.Elapsed
+	if int64(d) > p.maxElap-max(e, 0) {
+		e = p.maxElap
+	} else {
+		e += int64(d)
+	}
+	return max(tat, p.Units(Instant{Elapsed: e, Phase: t.Phase})+p.capUnits)
+}
+
 // Charge takes n tokens at t whatever the state holds, letting it go into
 // debt (a cost found to be larger than reserved) of at most one capacity:
 // the state is capped at 2*CapacityUnits (the bucket holds no fewer than

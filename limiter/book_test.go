@@ -2,12 +2,14 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memstore"
@@ -143,6 +145,51 @@ func TestCheckReserve(t *testing.T) {
 		}
 		if plain, _ := l.Check(ctx, limiter.Request{Descriptors: map[string]string{"k": "b"}, MaxWait: time.Second, Reserve: true}); !plain.Allowed || plain.Wait != 0 {
 			t.Fatalf("a reservation admitted now: %+v", plain)
+		}
+	})
+}
+
+// A pause reported for some descriptors holds for every caller: checks are
+// refused (bookings wait) until it ends, and the bucket refills from empty
+// after it; bad pauses are clear errors and pause nothing.
+func TestPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limiterOver(t, llmSrc, memstore.New())
+		ctx := context.Background()
+		d := map[string]string{"api_key": "k"}
+		until, err := l.Pause(ctx, d, 2*time.Second, []string{"tpm"})
+		if err != nil || !until.Equal(time.Now().Add(2*time.Second)) {
+			t.Fatalf("pause: %v %v", until, err)
+		}
+		res, _ := l.Check(ctx, limiter.Request{Descriptors: d, Costs: map[string]int64{"tpm": 100}})
+		if res.Allowed || res.RetryAfter != 2*time.Second+600*time.Millisecond {
+			t.Fatalf("during the pause (100 tokens at 10000/m: 0.6 s after it): %+v", res)
+		}
+		t0 := time.Now()
+		res, _ = l.Check(ctx, limiter.Request{Descriptors: d, Costs: map[string]int64{"tpm": 100}, MaxWait: 5 * time.Second})
+		if !res.Allowed || time.Since(t0) != 2600*time.Millisecond {
+			t.Fatalf("a booking waits out the pause and the refill: %+v after %v", res, time.Since(t0))
+		}
+		for _, tc := range []struct {
+			d     time.Duration
+			names []string
+			is    error
+		}{
+			{0, nil, sluice.ErrInvalidLimit},
+			{time.Second, []string{"tokens"}, limiter.ErrUnknownLimit},
+			{time.Second, []string{"calls"}, sluice.ErrInvalidLimit},
+		} {
+			if _, err := l.Pause(ctx, d, tc.d, tc.names); !errors.Is(err, tc.is) {
+				t.Errorf("pause %v %v: %v, want %v", tc.d, tc.names, err, tc.is)
+			}
+		}
+		if _, err := l.Pause(ctx, map[string]string{"user": "u"}, time.Second, nil); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("nothing applies: %v", err)
+		}
+		// every token bucket by default: rpm too
+		l.Pause(ctx, map[string]string{"api_key": "j"}, time.Second, nil)
+		if res, _ := l.Check(ctx, limiter.Request{Descriptors: map[string]string{"api_key": "j"}, Costs: map[string]int64{"tpm": 0}}); res.Allowed || res.Limits[0].Allowed {
+			t.Fatalf("rpm not paused by default: %+v", res)
 		}
 	})
 }

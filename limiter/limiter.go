@@ -219,6 +219,9 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
 	errors    prometheus.Counter
+	waits     *prometheus.CounterVec // booked waits, per limit
+	waitSecs  prometheus.Histogram   // their lengths
+	pauses    *prometheus.CounterVec // pauses, per limit
 }
 
 // New returns a limiter enforcing p with state in s.
@@ -246,12 +249,22 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total", Help: "Checks that failed because the store failed.",
 		}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_waits_total", Help: "Requests booked to wait for their turn (MaxWait, max_wait_ms), per limit that made them wait.",
+		}, []string{"limit"}),
+		waitSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_wait_seconds", Help: "Booked waits: the time from a booking to the request's turn.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 10),
+		}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_pauses_total", Help: "Pauses (a server's retry hint, Limiter.Pause, /v1/pause), per limit paused.",
+		}, []string{"limit"}),
 	}
 	if err := l.SetPolicy(p); err != nil {
 		return nil, err
 	}
 	if l.reg != nil {
-		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors}
+		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors, l.m.waits, l.m.waitSecs, l.m.pauses}
 		if sr, ok := s.(store.StatsReporter); ok {
 			cs = append(cs,
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys", Help: "Keys held by the store."},
@@ -540,6 +553,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
 	}
 	if r.Allowed && r.Wait > 0 {
+		l.observeWait(c, items, which, r.Wait)
 		// Booked: the request's place in line comes after r.Wait.
 		if req.Reserve {
 			res.Wait = r.Wait

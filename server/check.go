@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/store/book"
@@ -288,6 +289,52 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"released": true})
+}
+
+// PauseRequest is the body of POST /v1/pause: a server's retry hint seen
+// by one caller, for every caller (limiter.Limiter.Pause).
+type PauseRequest struct {
+	Descriptors  map[string]string `json:"descriptors"`
+	RetryAfterMS int64             `json:"retry_after_ms"`
+	// Limits names the limits to pause; empty: every token-bucket limit
+	// that applies to the descriptors.
+	Limits []string `json:"limits"`
+}
+
+// MaxPause is the longest pause /v1/pause accepts.
+const MaxPause = 24 * time.Hour
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	var req PauseRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	cr := CheckRequest{Descriptors: req.Descriptors}
+	err := cr.Validate()
+	switch {
+	case err != nil:
+		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		return
+	case req.RetryAfterMS <= 0 || req.RetryAfterMS > MaxPause.Milliseconds():
+		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms %d must be 1 to %d (24 hours)", req.RetryAfterMS, MaxPause.Milliseconds())
+		return
+	case len(req.Limits) > MaxDescriptors:
+		fail(w, http.StatusBadRequest, "bad_request", "limits names %d limits, more than %d", len(req.Limits), MaxDescriptors)
+		return
+	}
+	until, err := s.cfg.Limiter.Pause(r.Context(), req.Descriptors, time.Duration(req.RetryAfterMS)*time.Millisecond, req.Limits)
+	switch {
+	case errors.Is(err, limiter.ErrUnknownLimit):
+		answer.Classify(err).Write(w)
+		return
+	case errors.Is(err, sluice.ErrInvalidLimit):
+		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		return
+	case err != nil:
+		answer.Classify(err).Write(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"paused_until_ms": until.UnixMilli()})
 }
 
 // badReceipt is a receipt that does not decode (a corrupt record).

@@ -137,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 		s.mux.HandleFunc("POST /v1/check", s.auth(s.check))
 		s.mux.HandleFunc("POST /v1/release", s.auth(s.release))
 		s.mux.HandleFunc("POST /v1/settle", s.auth(s.settle))
+		s.mux.HandleFunc("POST /v1/pause", s.auth(s.pause))
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
 	} else {
 		// Envoy-config mode: decisions are served over gRPC only.

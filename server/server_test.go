@@ -395,3 +395,34 @@ func TestReserveHTTP(t *testing.T) {
 		t.Fatalf("a reserve admitted at once says wait_ms 0: %v", m)
 	}
 }
+
+// POST /v1/pause: a retry hint reported by one caller delays every check
+// of those buckets until it passes.
+func TestPauseHTTP(t *testing.T) {
+	ts := newServer(t, nil)
+	before := time.Now()
+	resp, m := post(t, ts, "/v1/pause", `{"descriptors": {"tenant": "p"}, "retry_after_ms": 4000, "limits": ["tenant_api"]}`)
+	until, _ := m["paused_until_ms"].(float64)
+	if resp.StatusCode != 200 || int64(until) < before.Add(4*time.Second).UnixMilli() || int64(until) > time.Now().Add(4*time.Second).UnixMilli() {
+		t.Fatalf("pause: %d %v", resp.StatusCode, m)
+	}
+	resp, m = post(t, ts, "/v1/check", `{"descriptors": {"tenant": "p"}}`)
+	if resp.StatusCode != 429 || m["retry_after_ms"] != 6000.0 || resp.Header.Get("Retry-After") != "6" {
+		t.Fatalf("paused check (4 s pause, then 2 s per token): %d %v", resp.StatusCode, m)
+	}
+	if _, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "other"}}`); m["allowed"] != true {
+		t.Fatalf("another tenant is not paused: %v", m)
+	}
+	for body, want := range map[string][2]string{
+		`{"descriptors": {"tenant": "p"}, "retry_after_ms": 0}`:                        {"400", "bad_request"},
+		`{"descriptors": {"tenant": "p"}, "retry_after_ms": 86400001}`:                 {"400", "bad_request"},
+		`{"descriptors": {"tenant": "p"}, "retry_after_ms": 10, "limits": ["tpm"]}`:    {"400", "unknown_limit"},
+		`{"descriptors": {"api_key": "k"}, "retry_after_ms": 10, "limits": ["tools"]}`: {"400", "bad_request"},
+		`{"retry_after_ms": 10}`:                                     {"400", "bad_request"},
+		`{"descriptors": {"tenant": "p"}, "retry_after_ms": "soon"}`: {"400", "bad_json"},
+	} {
+		if resp, m := post(t, ts, "/v1/pause", body); resp.Status[:3] != want[0] || m["code"] != want[1] {
+			t.Errorf("%s: %s %v, want %v", body, resp.Status, m, want)
+		}
+	}
+}

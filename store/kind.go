@@ -233,6 +233,22 @@ func (s *Spec) Adjust(st State, exists bool, now Now, delta int64) (out State, d
 	return kinds[s.Kind].alg.adjust(s, st, exists, now, delta)
 }
 
+// Pause applies a pause of d (see Adjustment.Pause) to a key's state at
+// now; ok is false for kinds that are not paused (all but TokenBucket).
+// dec is the state's peek after it.
+func (s *Spec) Pause(st State, exists bool, now Now, d time.Duration) (out State, dec sluice.Decision, ok bool) {
+	if s.Kind != TokenBucket || d <= 0 {
+		return st, sluice.Decision{}, false
+	}
+	p := &s.Bucket
+	t, o, ph := st.tat()
+	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
+	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
+	tat = p.Pause(tat, at, d)
+	_, dec = p.Step(tat, at, 0)
+	return bucketState(tat, origin, phase), dec, true
+}
+
 // Scaled returns a copy of s with its budget divided among n instances
 // (each at least 1): what store/failover's local mode decides with.
 func (s *Spec) Scaled(n int64) *Spec {

@@ -93,6 +93,11 @@ type Adjustment struct {
 	Spec         *Spec
 	Delta        int64
 	RefundBefore int64
+	// Pause, when positive, is a pause instead of a correction (Delta is
+	// ignored): a token bucket is made empty exactly Pause from now, its
+	// debt reaching to then (bucket.Params.Pause), unless it is already in
+	// debt longer; other kinds are not paused.
+	Pause time.Duration
 }
 
 // Result is the outcome of Take.

@@ -5,6 +5,7 @@ package memstore
 import (
 	"context"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -20,10 +21,10 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	wall = s.wall(wall, d)
 	var err error
 	for _, a := range adj {
-		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || a.Delta == 0 {
+		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || (a.Delta == 0 && a.Pause <= 0) || (a.Pause > 0 && a.Spec.Kind != store.TokenBucket) {
 			continue
 		}
-		if a.Delta < 0 && wall >= a.RefundBefore {
+		if a.Pause <= 0 && a.Delta < 0 && wall >= a.RefundBefore {
 			continue // refilled or a new window: returning it would create credit
 		}
 		h := s.hash(a.Key)
@@ -49,7 +50,7 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64)
 	e := shd.m.get(h, a.Key)
 	exists := e != nil
 	if !exists {
-		if a.Delta < 0 {
+		if a.Delta < 0 && a.Pause <= 0 {
 			return true // nothing to return to
 		}
 		// The key was evicted (its state was new again): the charge
@@ -72,7 +73,15 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64)
 // adjustEntry applies a to the key's state e (exists tells whether it
 // had one) by the kind's rule.
 func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
-	st, dec, ok := a.Spec.Adjust(e.st, exists, store.Now{Mono: d, Wall: wall}, a.Delta)
+	now := store.Now{Mono: d, Wall: wall}
+	var st store.State
+	var dec sluice.Decision
+	var ok bool
+	if a.Pause > 0 {
+		st, dec, ok = a.Spec.Pause(e.st, exists, now, a.Pause)
+	} else {
+		st, dec, ok = a.Spec.Adjust(e.st, exists, now, a.Delta)
+	}
 	if !ok {
 		return
 	}

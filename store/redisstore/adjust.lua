@@ -1,6 +1,7 @@
 -- sluice adjust: corrections to items taken earlier (reserve, then
 -- settle). ARGV: [1] now (hex) or '', [2] expire flag, then 7 fields per
--- key: kind, sign ('-' returns, '+' charges), delta (hex), refund-before
+-- key: kind, sign ('-' returns, '+' charges, 'p' pauses a token bucket
+-- for delta ns), delta (hex), refund-before
 -- (hex), and the kind's 7 parameter fields (as take's).
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
@@ -12,10 +13,21 @@ for i = 1, #KEYS do
   elseif kind == 'b' then
     local P = bparams(a + 4)
     local st = load(key, 'b', 3)
-    if st or sign == '+' then -- a charge counts against a new state too
+    if st or sign ~= '-' then -- a charge (or a pause) counts against a new state too
       local tat, origin, phase = bstate(P, st, now)
       local eneg, e = elapsed(now, origin)
-      if sign == '-' then
+      if sign == 'p' then
+        -- bucket.Params.Pause: empty exactly delta from now, unless the
+        -- state is in debt for longer.
+        local pe
+        if eneg then
+          if cmp(delta, e) > 0 then pe = sub(delta, e) else pe = ZERO end
+        else
+          pe = add(e, delta)
+        end
+        local target = add((units(P, false, pe, phase)), P.C)
+        if cmp(target, tat) > 0 then tat = target end
+      elseif sign == '-' then
         local back = mul(delta, P.U)
         if cmp(tat, back) <= 0 then tat = ZERO else tat = sub(tat, back) end
       else

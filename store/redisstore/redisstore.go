@@ -258,7 +258,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	var order []uint16
 	now := s.now()
 	for _, a := range adj {
-		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || a.Delta == 0 {
+		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || (a.Delta == 0 && a.Pause <= 0) || (a.Pause > 0 && a.Spec.Kind != store.TokenBucket) {
 			continue
 		}
 		key := s.Key(a.Spec.Kind, a.Key)
@@ -273,7 +273,10 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 			order = append(order, sl)
 		}
 		sign, d := "+", a.Delta
-		if d < 0 {
+		switch {
+		case a.Pause > 0:
+			sign, d = "p", int64(a.Pause)
+		case d < 0:
 			sign, d = "-", -d
 		}
 		e.Keys = append(e.Keys, key)

@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore Factory, opts ...Option) {
 		{"BookFIFO", testBookFIFO},
 		{"BookAllOrNothing", testBookAllOrNothing},
 		{"BookCancel", testBookCancel},
+		{"Pause", testPause},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := skip[c.name]; ok {
@@ -608,5 +609,46 @@ func testBookCancel(t *testing.T, f Factory) {
 	_, next := book(t, s, 2*time.Second, store.Item{Key: "k", Spec: sp, Cost: 5})
 	if next[0].Wait != 600*time.Millisecond {
 		t.Fatalf("rule: a cancelled booking returns its tokens exactly, later bookings kept (the next 5 wait 600ms, after the 1 booked): %+v", next[0])
+	}
+}
+
+// A pause (Adjustment.Pause) empties a token bucket exactly at its end,
+// refusing everything before; it refills from empty after. A shorter
+// pause than one in force changes nothing; other kinds are not paused.
+func testPause(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	sp := spec(t, 10, 10)
+	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 5, Window: time.Minute}}
+	ctx := context.Background()
+	pause := func(d time.Duration, keys ...store.Adjustment) {
+		t.Helper()
+		for i := range keys {
+			keys[i].Pause = d
+		}
+		if err := s.Adjust(ctx, keys); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take(t, s, store.Item{Key: "p", Spec: sp, Cost: 1}) // a state that exists
+	pause(time.Second, store.Adjustment{Key: "p", Spec: sp}, store.Adjustment{Key: "new", Spec: sp}, store.Adjustment{Key: "w", Spec: win})
+	for _, key := range []string{"p", "new"} {
+		if r := take(t, s, store.Item{Key: key, Spec: sp, Cost: 1}); r.Allowed || r.Decisions[0].RetryAfter != 1100*time.Millisecond {
+			t.Fatalf("rule: a paused bucket refuses until its pause ends and a token has refilled (1.1s): %s %+v", key, r)
+		}
+	}
+	if r := take(t, s, store.Item{Key: "w", Spec: win, Cost: 5}); !r.Allowed {
+		t.Fatalf("rule: a pause does not apply to a window: %+v", r)
+	}
+	pause(500*time.Millisecond, store.Adjustment{Key: "p", Spec: sp})
+	if r := take(t, s, store.Item{Key: "p", Spec: sp, Cost: 1}); r.Allowed || r.Decisions[0].RetryAfter != 1100*time.Millisecond {
+		t.Fatalf("rule: a shorter pause than the one in force changes nothing: %+v", r)
+	}
+	_, it := book(t, s, 2*time.Second, store.Item{Key: "p", Spec: sp, Cost: 2})
+	if !it[0].Decision.Allowed || it[0].Wait != 1200*time.Millisecond {
+		t.Fatalf("rule: a booking during a pause waits for the pause and the refill (1.2s): %+v", it[0])
+	}
+	c.Advance(1300 * time.Millisecond)
+	if r := take(t, s, store.Item{Key: "new", Spec: sp, Cost: 3}); !r.Allowed || r.Decisions[0].Remaining != 0 {
+		t.Fatalf("rule: after the pause the bucket refills from empty (3 tokens 0.3s after it): %+v", r)
 	}
 }

@@ -1,0 +1,96 @@
+package limiter
+
+// Pauses: a server's retry hint seen by one caller, applied to every caller.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Pause applies a server's retry hint (a provider's Retry-After) to the
+// token-bucket limits that apply to descriptors — those named in limits,
+// or, when limits is empty, every one — in the store, so that it holds for
+// every caller of every instance sharing it: each such bucket refuses (or
+// makes bookings wait) until d from now, and restarts empty then,
+// refilling at its rate, so that callers do not come back in a wave
+// (store.Adjustment.Pause). A shorter pause than one in force changes
+// nothing. It returns when the pause ends (this host's clock).
+//
+// Errors, with nothing paused: d <= 0 (sluice.ErrInvalidLimit); a name
+// that is not a limit applying to descriptors (*UnknownLimitError); a
+// named limit that is not a token bucket, or none applying
+// (sluice.ErrInvalidLimit); the store failing.
+func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d time.Duration, limits []string) (time.Time, error) {
+	if d <= 0 {
+		return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "pause %v must be positive", d)
+	}
+	c := l.compiled.Load()
+	var adj []store.Adjustment
+	var names, shown, applicable []string
+	for i, lim := range c.p.Limits {
+		key, ok := lim.Match(descriptors)
+		if !ok {
+			continue
+		}
+		applicable = append(applicable, lim.Name)
+		named := slices.Contains(limits, lim.Name)
+		if len(limits) > 0 && !named {
+			continue
+		}
+		if lim.Kind != policy.TokenBucket {
+			if named {
+				return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "limit %q is a %s limit: only token buckets pause", lim.Name, lim.Kind)
+			}
+			continue
+		}
+		full := c.prefix[i] + key
+		if lim.HashTag != "" {
+			full = string(lim.AppendHashTag(nil, descriptors)) + full
+		}
+		adj = append(adj, store.Adjustment{Key: full, Spec: c.specs[i], Pause: d})
+		names, shown = append(names, lim.Name), append(shown, key)
+	}
+	for _, n := range limits {
+		if !slices.Contains(applicable, n) {
+			return time.Time{}, &UnknownLimitError{Name: n, Applicable: applicable}
+		}
+	}
+	if len(adj) == 0 {
+		return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "no token-bucket limit applies to these descriptors: nothing to pause")
+	}
+	until := time.Now().Add(d)
+	if err := l.st.Adjust(ctx, adj); err != nil {
+		l.m.errors.Inc()
+		return time.Time{}, fmt.Errorf("limiter: %w", err)
+	}
+	for j, n := range names {
+		l.m.pauses.WithLabelValues(n).Inc()
+		lim := c.p.Limits[c.index(n)]
+		key := shown[j]
+		if len(c.p.Redact) > 0 {
+			key, _ = c.p.DisplayKey(lim, descriptors)
+		}
+		l.logf(slog.LevelInfo, "rate limit: paused by a retry hint", slog.String("limiter", n), slog.String("result", "paused"),
+			slog.Int64("bucket_capacity", lim.Bucket.Capacity), slog.Float64("refill_per_second", lim.Bucket.Rate),
+			slog.String("key", key), slog.Int64("retry_after_ms", CeilMS(d)))
+	}
+	return until, nil
+}
+
+// observeWait counts a booked wait: per limit whose item waited, and its
+// length.
+func (l *Limiter) observeWait(c *compiled, items []store.Item, which []int, wait time.Duration) {
+	l.m.waitSecs.Observe(wait.Seconds())
+	for i := range items {
+		if items[i].Wait > 0 {
+			l.m.waits.WithLabelValues(c.p.Limits[which[i]].Name).Inc()
+		}
+	}
+}
