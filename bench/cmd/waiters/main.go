@@ -1,0 +1,164 @@
+// Command waiters measures waiting through sluice serve on Redis: N
+// concurrent /v1/check requests with max_wait_ms on one hot key, against a
+// bucket of capacity 1 refilled at R per second, so that the k-th admitted
+// request is due k/R after the first. It reports Redis script calls per
+// admitted request (INFO commandstats: FCALL, EVALSHA, EVAL) and the
+// lateness of each admission (its time minus its due time), p50/p99/max.
+//
+//	GOWORK=off go run ./cmd/waiters -sluice /path/to/sluice [-n 200] [-rate 1000] [-rounds 3]
+//
+// It starts a redis-server and a sluice serve of its own on free loopback
+// ports and stops them; -sluice names the binary to measure, so that two
+// builds (before and after a change) can be compared on the same machine.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func main() {
+	bin := flag.String("sluice", "", "the sluice binary to measure")
+	n := flag.Int("n", 200, "concurrent waiters per round")
+	rate := flag.Int("rate", 1000, "the bucket's refill per second (capacity 1)")
+	rounds := flag.Int("rounds", 3, "rounds")
+	flag.Parse()
+	if *bin == "" {
+		log.Fatal("-sluice is required")
+	}
+	srv, err := redistest.Start()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Stop()
+	dir, _ := os.MkdirTemp("", "waiters")
+	defer os.RemoveAll(dir)
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf("limits:\n  - {name: hot, key: \"k:{k}\", capacity: 1, refill_per_second: %d}\n", *rate)), 0o644)
+	addr := freeAddr()
+	cmd := exec.Command(*bin, "serve", "--config", pol, "--http", addr, "--store", "redis://"+srv.Addr,
+		"--max-waiting", strconv.Itoa(*n*2), "--max-wait", "60s", "--log-level", "warn", "--reload", "0")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitUp(addr)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *n * 2}, Timeout: time.Minute}
+	fmt.Printf("%s: %d waiters, capacity 1 at %d/s, %d rounds\n", *bin, *n, *rate, *rounds)
+	for round := 1; round <= *rounds; round++ {
+		key := fmt.Sprintf("r%d", round)
+		// empty the bucket first, so that every waiter waits
+		post(client, addr, key, 0)
+		before := scriptCalls(srv.Addr)
+		var mu sync.Mutex
+		var admitted []time.Duration
+		refused := 0
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range *n {
+			wg.Go(func() {
+				ok := post(client, addr, key, 60000)
+				at := time.Since(start)
+				mu.Lock()
+				defer mu.Unlock()
+				if ok {
+					admitted = append(admitted, at)
+				} else {
+					refused++
+				}
+			})
+		}
+		wg.Wait()
+		calls := scriptCalls(srv.Addr) - before
+		slices.Sort(admitted)
+		per := time.Second / time.Duration(*rate)
+		var late []time.Duration
+		for k, at := range admitted {
+			late = append(late, max(at-admitted[0]-time.Duration(k)*per, 0))
+		}
+		slices.Sort(late)
+		pct := func(p float64) time.Duration {
+			if len(late) == 0 {
+				return 0
+			}
+			return late[min(int(p*float64(len(late))), len(late)-1)]
+		}
+		fmt.Printf("round %d admitted %d refused %d script-calls %d calls/admitted %.2f lateness p50 %v p99 %v max %v\n", round, len(admitted), refused,
+			calls, float64(calls)/float64(max(len(admitted), 1)), pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), late[len(late)-1].Round(10*time.Microsecond))
+	}
+}
+
+func post(c *http.Client, addr, key string, maxWaitMS int) bool {
+	body := fmt.Sprintf(`{"descriptors": {"k": %q}, "max_wait_ms": %d}`, key, maxWaitMS)
+	resp, err := c.Post("http://"+addr+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == 200
+}
+
+// scriptCalls is Redis's count of script calls so far.
+func scriptCalls(addr string) int64 {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
+	r := bufio.NewReader(conn)
+	head, _ := r.ReadString('\n')
+	size, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
+	buf := make([]byte, size+2)
+	io.ReadFull(r, buf)
+	var total int64
+	for _, line := range bytes.Split(buf, []byte("\r\n")) {
+		s := string(line)
+		for _, c := range []string{"cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"} {
+			if strings.HasPrefix(s, c) {
+				f := strings.SplitN(strings.SplitN(s[len(c):], ",", 2)[0], "=", 2)
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				total += v
+			}
+		}
+	}
+	return total
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitUp(addr string) {
+	for range 200 {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log.Fatal("sluice serve did not come up")
+}
