@@ -66,7 +66,7 @@ func main() {
 		key := fmt.Sprintf("r%d", round)
 		// empty the bucket first, so that every waiter waits
 		post(client, addr, key, 0)
-		before := scriptCalls(srv.Addr)
+		beforeF, beforeE := scriptCalls(srv.Addr)
 		var mu sync.Mutex
 		var admitted []time.Duration
 		refused := 0
@@ -86,7 +86,8 @@ func main() {
 			})
 		}
 		wg.Wait()
-		calls := scriptCalls(srv.Addr) - before
+		f, e := scriptCalls(srv.Addr)
+		f, e = f-beforeF, e-beforeE
 		slices.Sort(admitted)
 		per := time.Second / time.Duration(*rate)
 		var late []time.Duration
@@ -100,8 +101,9 @@ func main() {
 			}
 			return late[min(int(p*float64(len(late))), len(late)-1)]
 		}
-		fmt.Printf("round %d admitted %d refused %d script-calls %d calls/admitted %.2f lateness p50 %v p99 %v max %v\n", round, len(admitted), refused,
-			calls, float64(calls)/float64(max(len(admitted), 1)), pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), late[len(late)-1].Round(10*time.Microsecond))
+		adm := float64(max(len(admitted), 1))
+		fmt.Printf("round %d admitted %d refused %d decision-calls/admitted %.2f book-calls/admitted %.2f lateness p50 %v p99 %v max %v\n", round, len(admitted), refused,
+			float64(f)/adm, float64(e)/adm, pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), late[len(late)-1].Round(10*time.Microsecond))
 	}
 }
 
@@ -116,8 +118,8 @@ func post(c *http.Client, addr, key string, maxWaitMS int) bool {
 	return resp.StatusCode == 200
 }
 
-// scriptCalls is Redis's count of script calls so far.
-func scriptCalls(addr string) int64 {
+// scriptCalls is Redis's count of FCALL and of EVALSHA + EVAL calls so far.
+func scriptCalls(addr string) (fcall, eval int64) {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		log.Fatal(err)
@@ -129,18 +131,21 @@ func scriptCalls(addr string) int64 {
 	size, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
 	buf := make([]byte, size+2)
 	io.ReadFull(r, buf)
-	var total int64
 	for _, line := range bytes.Split(buf, []byte("\r\n")) {
 		s := string(line)
 		for _, c := range []string{"cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"} {
 			if strings.HasPrefix(s, c) {
 				f := strings.SplitN(strings.SplitN(s[len(c):], ",", 2)[0], "=", 2)
 				v, _ := strconv.ParseInt(f[1], 10, 64)
-				total += v
+				if c == "cmdstat_fcall:" {
+					fcall += v
+				} else {
+					eval += v
+				}
 			}
 		}
 	}
-	return total
+	return fcall, eval
 }
 
 func freeAddr() string {
