@@ -154,3 +154,42 @@ func TestServeRedisWaitersOneRoundTripEach(t *testing.T) {
 		t.Fatalf("200 tokens at 1000/s admitted in %v: faster than the bucket allows", elapsed)
 	}
 }
+
+// A pause posted to one sluice serve instance delays checks on another on
+// the same Redis until it passes; after it the bucket refills from empty.
+func TestServeRedisPauseAcrossInstances(t *testing.T) {
+	srv := startRedis(t)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, "limits:\n  - name: rpm\n    key: \"api_key:{api_key}\"\n    capacity: 10\n    refill_per_second: 10\n")
+	a := serve(t, "--config", pol, "--store", "redis://"+srv.Addr)
+	b := serve(t, "--config", pol, "--store", "redis://"+srv.Addr)
+	check := `{"descriptors": {"api_key": "k"}}`
+	if code, body := call(t, b, "POST", "/v1/check", check); code != 200 {
+		t.Fatalf("before: %d %s", code, body)
+	}
+	start := time.Now()
+	code, body := call(t, a, "POST", "/v1/pause", `{"descriptors": {"api_key": "k"}, "retry_after_ms": 700}`)
+	if code != 200 || !strings.Contains(body, "paused_until_ms") {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	code, body = call(t, b, "POST", "/v1/check", check)
+	var res struct {
+		RetryAfterMS int64 `json:"retry_after_ms"`
+	}
+	json.Unmarshal([]byte(body), &res)
+	// the pause's rest plus one token (100 ms), on Redis's clock
+	if lo := 800 - time.Since(start).Milliseconds() - 1; code != 429 || res.RetryAfterMS > 800 || res.RetryAfterMS < lo {
+		t.Fatalf("instance b during a's pause: %d %s (want 429, retry_after_ms in [%d, 800])", code, body, lo)
+	}
+	time.Sleep(time.Duration(res.RetryAfterMS) * time.Millisecond)
+	code, body = call(t, b, "POST", "/v1/check", check)
+	var after struct {
+		Limits []struct {
+			TokensRemaining int64 `json:"tokens_remaining"`
+		} `json:"limits"`
+	}
+	json.Unmarshal([]byte(body), &after)
+	if code != 200 || len(after.Limits) != 1 || after.Limits[0].TokensRemaining > 6 { // (up to 500 ms of slack; 9 were left before)
+		t.Fatalf("after the pause the bucket refills from empty: %d %s", code, body)
+	}
+}
