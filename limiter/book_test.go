@@ -193,3 +193,49 @@ func TestPause(t *testing.T) {
 		}
 	})
 }
+
+// A receipt settles once (copies too): settling twice would return its
+// cost twice. A reservation carries its receipt without asking.
+func TestReceiptSettlesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limiterOver(t, llmSrc, memstore.New())
+		ctx := context.Background()
+		d := map[string]string{"api_key": "k"}
+		res, _ := l.Check(ctx, limiter.Request{Descriptors: d, Costs: map[string]int64{"tpm": 400}, Receipt: true})
+		copyOf := res.Receipt
+		if err := l.Settle(ctx, res.Receipt, 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []limiter.Receipt{res.Receipt, copyOf} {
+			if err := l.Settle(ctx, r, 0); !errors.Is(err, limiter.ErrSettled) {
+				t.Fatalf("second settle: %v", err)
+			}
+		}
+		if got := remaining(t, l, "k"); got["tpm"] != 10000 {
+			t.Fatalf("tpm after one refund of 400: %d (a second refund would create credit)", got["tpm"])
+		}
+		l.Check(ctx, limiter.Request{Descriptors: map[string]string{"api_key": "r"}, Costs: map[string]int64{"rpm": 60}})
+		rv, _ := l.Check(ctx, limiter.Request{Descriptors: map[string]string{"api_key": "r"}, MaxWait: 5 * time.Second, Reserve: true})
+		if !rv.Allowed || rv.Wait != time.Second || rv.Receipt.Empty() {
+			t.Fatalf("a reservation without Receipt: %+v", rv)
+		}
+	})
+}
+
+// Pause returns the end of the pause in force: a shorter pause than a
+// longer one in force reports the longer one's end.
+func TestPauseReportsTheLongerPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limiterOver(t, llmSrc, memstore.New())
+		ctx := context.Background()
+		d := map[string]string{"api_key": "k"}
+		long, _ := l.Pause(ctx, d, 5*time.Second, []string{"rpm"})
+		short, err := l.Pause(ctx, d, 100*time.Millisecond, []string{"rpm"})
+		if err != nil || short.Sub(long).Abs() > time.Millisecond {
+			t.Fatalf("the longer pause's end %v, reported %v (%v)", long, short, err)
+		}
+		if _, err := l.Pause(ctx, d, 25*time.Hour, nil); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Fatalf("a pause above MaxPause: %v", err)
+		}
+	})
+}

@@ -57,8 +57,9 @@ type Request struct {
 	// then sleeps until the turn (unless Reserve); 0 decides at once.
 	MaxWait time.Duration
 	// Reserve, with MaxWait, books without sleeping: an admitted Result's
-	// Wait says when the request may act. A caller that gives up returns
-	// the booking with Settle(actual 0) before the wait is over.
+	// Wait says when the request may act. It implies Receipt: a caller that
+	// gives up returns the booking with Settle(res.Receipt, 0) before the
+	// wait is over (and Release(res.Lease) frees its in-flight slots).
 	Reserve bool
 	// Retry marks a retried request, counted apart from original ones.
 	Retry bool
@@ -561,12 +562,15 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			l.cancelBooking(items, res, r.Wait)
 		}
 	}
-	if res.Allowed && !req.Peek && req.Receipt {
+	if res.Allowed && !req.Peek && (req.Receipt || req.Reserve) {
 		for i := range items {
 			if it := &items[i]; !it.Spec.HoldsSlots() && (it.Cost > 0 || req.Costs != nil) {
 				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
 				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
 			}
+		}
+		if len(res.Receipt.taken) > 0 {
+			res.Receipt.settled = new(atomic.Bool)
 		}
 	}
 	l.observe(c, which, res, req, start, timed)
@@ -576,7 +580,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 // cancelBooking returns a booking whose caller gave up (its ctx ended
 // while it waited wait) exactly, and turns res into the refusal it
 // reports: the slots released, each booked limit refused with the wait it
-// had left.
+// had booked (RetryAfter: from the decision, not from now).
 func (l *Limiter) cancelBooking(items []store.Item, res *Result, wait time.Duration) {
 	adj := make([]store.Adjustment, 0, len(items))
 	for _, it := range items {

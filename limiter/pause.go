@@ -14,22 +14,28 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
+// MaxPause is the longest pause Pause accepts.
+const MaxPause = 24 * time.Hour
+
 // Pause applies a server's retry hint (a provider's Retry-After) to the
 // token-bucket limits that apply to descriptors — those named in limits,
 // or, when limits is empty, every one — in the store, so that it holds for
 // every caller of every instance sharing it: each such bucket refuses (or
-// makes bookings wait) until d from now, and restarts empty then,
+// makes new bookings wait) until d from now, and restarts empty then,
 // refilling at its rate, so that callers do not come back in a wave
-// (store.Adjustment.Pause). A shorter pause than one in force changes
-// nothing. It returns when the pause ends (this host's clock).
+// (store.Adjustment.Pause). Bookings made before the pause keep their
+// turns (their tokens were taken already). A shorter pause than one in
+// force changes nothing. It returns when the pause in force ends, on this
+// host's clock (the longest of the buckets', read back from the store).
 //
-// Errors, with nothing paused: d <= 0 (sluice.ErrInvalidLimit); a name
+// Errors, with nothing paused: d <= 0 or above MaxPause
+// (sluice.ErrInvalidLimit); a name
 // that is not a limit applying to descriptors (*UnknownLimitError); a
 // named limit that is not a token bucket, or none applying
 // (sluice.ErrInvalidLimit); the store failing.
 func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d time.Duration, limits []string) (time.Time, error) {
-	if d <= 0 {
-		return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "pause %v must be positive", d)
+	if d <= 0 || d > MaxPause {
+		return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "pause %v must be positive and at most %v", d, MaxPause)
 	}
 	c := l.compiled.Load()
 	var adj []store.Adjustment
@@ -65,10 +71,26 @@ func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d ti
 	if len(adj) == 0 {
 		return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "no token-bucket limit applies to these descriptors: nothing to pause")
 	}
-	until := time.Now().Add(d)
+	start := time.Now()
 	if err := l.st.Adjust(ctx, adj); err != nil {
 		l.m.errors.Inc()
 		return time.Time{}, fmt.Errorf("limiter: %w", err)
+	}
+	until := start.Add(d)
+	// A longer pause in force keeps its end: read it back (each bucket is
+	// empty until its ResetAfter less its time to refill).
+	peek := make([]store.Item, len(adj))
+	for j, a := range adj {
+		peek[j] = store.Item{Key: a.Key, Spec: a.Spec}
+	}
+	if _, err := l.st.Take(ctx, peek); err == nil {
+		for j := range peek {
+			lim := c.p.Limits[c.index(names[j])]
+			fill := time.Duration(float64(lim.Bucket.Capacity) / lim.Bucket.Rate * float64(time.Second))
+			if end := time.Now().Add(peek[j].Decision.ResetAfter - fill); end.After(until) {
+				until = end
+			}
+		}
 	}
 	for j, n := range names {
 		l.m.pauses.WithLabelValues(n).Inc()
@@ -77,9 +99,11 @@ func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d ti
 		if len(c.p.Redact) > 0 {
 			key, _ = c.p.DisplayKey(lim, descriptors)
 		}
-		l.logf(slog.LevelInfo, "rate limit: paused by a retry hint", slog.String("limiter", n), slog.String("result", "paused"),
-			slog.Int64("bucket_capacity", lim.Bucket.Capacity), slog.Float64("refill_per_second", lim.Bucket.Rate),
-			slog.String("key", key), slog.Int64("retry_after_ms", CeilMS(d)))
+		if l.log != nil { // (not within the refusal records' budget: pauses are few, and matter when refusals are many)
+			l.log.LogAttrs(ctx, slog.LevelInfo, "rate limit: paused by a retry hint", slog.String("limiter", n), slog.String("result", "paused"),
+				slog.Int64("bucket_capacity", lim.Bucket.Capacity), slog.Float64("refill_per_second", lim.Bucket.Rate),
+				slog.String("key", key), slog.Int64("retry_after_ms", CeilMS(d)))
+		}
 	}
 	return until, nil
 }

@@ -5,8 +5,10 @@ package limiter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
@@ -18,7 +20,15 @@ import (
 type Receipt struct {
 	taken  []store.Adjustment // Delta holds the cost taken
 	limits []string           // the limit of each
+	// settled is shared by the receipt's copies: a receipt settles once
+	// (nil: the zero Receipt, which records nothing).
+	settled *atomic.Bool
 }
+
+// ErrSettled is returned by Settle and SettleCosts for a receipt (or a
+// copy of it) settled already: settling twice would return its cost
+// twice.
+var ErrSettled = errors.New("limiter: receipt settled already")
 
 // Empty reports whether the receipt records nothing.
 func (r Receipt) Empty() bool { return len(r.taken) == 0 }
@@ -58,11 +68,14 @@ func (l *Limiter) UnmarshalReceipt(b []byte) (Receipt, error) {
 		r.taken = append(r.taken, store.Adjustment{Key: e.Key, Spec: c.specs[i], Delta: e.Cost, RefundBefore: e.RefundBefore})
 		r.limits = append(r.limits, e.Limit)
 	}
+	r.settled = new(atomic.Bool)
 	return r, nil
 }
 
 // Settle replaces the cost an admitted request took (its receipt) by
-// actual, for costs known only afterwards (LLM tokens, bytes): a smaller
+// actual, once per receipt (ErrSettled after; a receipt decoded by
+// UnmarshalReceipt is a new one, whose owner — the server's lease book —
+// settles it once), for costs known only afterwards (LLM tokens, bytes): a smaller
 // actual returns the difference to every limit it was taken from, exactly,
 // as long as those tokens are not yet refilled (later, nothing is returned:
 // a late refund never creates credit); a larger one takes the excess at
@@ -90,6 +103,9 @@ const KeepCost int64 = -1
 func (l *Limiter) SettleCosts(ctx context.Context, r Receipt, actual int64, actuals map[string]int64) error {
 	if err := l.CheckSettleCosts(r, actual, actuals); err != nil {
 		return err
+	}
+	if r.settled != nil && !r.settled.CompareAndSwap(false, true) {
+		return ErrSettled
 	}
 	adj := make([]store.Adjustment, 0, len(r.taken))
 	for i, t := range r.taken {
@@ -125,6 +141,9 @@ func (l *Limiter) CheckSettle(r Receipt, actual int64) error {
 // CheckSettleCosts reports what SettleCosts would refuse without changing
 // anything.
 func (l *Limiter) CheckSettleCosts(r Receipt, actual int64, actuals map[string]int64) error {
+	if r.settled != nil && r.settled.Load() {
+		return ErrSettled
+	}
 	if actual < 0 && actual != KeepCost {
 		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
 	}

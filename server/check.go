@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -301,8 +302,8 @@ type PauseRequest struct {
 	Limits []string `json:"limits"`
 }
 
-// MaxPause is the longest pause /v1/pause accepts.
-const MaxPause = 24 * time.Hour
+// MaxPause is the longest pause /v1/pause accepts (limiter.MaxPause).
+const MaxPause = limiter.MaxPause
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	var req PauseRequest
@@ -315,7 +316,10 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
 		return
-	case req.RetryAfterMS <= 0 || req.RetryAfterMS > MaxPause.Milliseconds():
+	case req.RetryAfterMS == 0:
+		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms is missing (1 to %d: 24 hours)", MaxPause.Milliseconds())
+		return
+	case req.RetryAfterMS < 0 || req.RetryAfterMS > MaxPause.Milliseconds():
 		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms %d must be 1 to %d (24 hours)", req.RetryAfterMS, MaxPause.Milliseconds())
 		return
 	case len(req.Limits) > MaxDescriptors:
@@ -328,7 +332,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		answer.Classify(err).Write(w)
 		return
 	case errors.Is(err, sluice.ErrInvalidLimit):
-		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		fail(w, http.StatusBadRequest, "bad_request", "%s", strings.TrimPrefix(err.Error(), "sluice: "))
 		return
 	case err != nil:
 		answer.Classify(err).Write(w)
@@ -361,7 +365,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	case req.Lease == "":
 		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
 		return
-	case req.ActualCost == nil && req.ActualCosts == nil:
+	case req.ActualCost == nil && len(req.ActualCosts) == 0:
 		fail(w, http.StatusBadRequest, "bad_request", "actual_cost (or actual_costs) is missing")
 		return
 	case req.ActualCost != nil && *req.ActualCost < 0:

@@ -7,10 +7,13 @@
 //	{"t": 0.25, "descriptors": {"tenant": "acme"}, "cost": 1, "max_wait_ms": 0}
 //
 // t is in seconds from the start (non-decreasing); cost is optional (absent:
-// the policy's cost for the descriptors; 0: a peek); max_wait_ms lets the
-// request wait, up to that long, for admission: a refused request is tried
-// again after its RetryAfter, in arrival order among requests due at the
-// same instant.
+// the policy's cost for the descriptors; 0: a peek); "costs": {"tpm": 1200}
+// gives limits their own cost (limiter.Request.Costs); max_wait_ms lets the
+// request wait, up to that long, for admission, as the service does: it
+// books its turn in its token buckets (FIFO by arrival: admitted at its
+// turn), and a request refused by a kind that cannot book (a window) is
+// tried again after its RetryAfter, in arrival order among requests due at
+// the same instant.
 package sim
 
 import (
@@ -36,6 +39,7 @@ type Event struct {
 	T           float64           `json:"t"`
 	Descriptors map[string]string `json:"descriptors"`
 	Cost        *int64            `json:"cost,omitempty"`
+	Costs       map[string]int64  `json:"costs,omitempty"`
 	MaxWaitMS   int64             `json:"max_wait_ms,omitempty"`
 }
 
@@ -73,6 +77,11 @@ func ReadTrace(r io.Reader) ([]Event, error) {
 			return nil, fmt.Errorf("trace line %d: cost %d is negative", n, *e.Cost)
 		case e.MaxWaitMS < 0:
 			return nil, fmt.Errorf("trace line %d: max_wait_ms %d is negative", n, e.MaxWaitMS)
+		}
+		for name, c := range e.Costs {
+			if c < 0 {
+				return nil, fmt.Errorf("trace line %d: cost %d for limit %q is negative", n, c, name)
+			}
 		}
 		last = e.T
 		evs = append(evs, e)
@@ -150,7 +159,10 @@ func RunFrom(p *policy.Policy, evs []Event, start time.Time) (*Report, error) {
 		pe := heap.Pop(q).(pending)
 		e := evs[pe.idx]
 		clock.Set(epoch.Add(secs(pe.at)))
-		req := limiter.Request{Descriptors: e.Descriptors, Retry: pe.at > e.T}
+		req := limiter.Request{Descriptors: e.Descriptors, Costs: e.Costs, Retry: pe.at > e.T}
+		if left := secs(float64(e.MaxWaitMS)/1000 - (pe.at - e.T)); e.MaxWaitMS > 0 && left > 0 {
+			req.MaxWait, req.Reserve = left, true // book the turn, as the service does
+		}
 		if e.Cost != nil {
 			if *e.Cost == 0 {
 				req.Peek = true
@@ -167,7 +179,7 @@ func RunFrom(p *policy.Policy, evs []Event, start time.Time) (*Report, error) {
 		}
 		out.Limits = res.Limits
 		if res.Allowed {
-			at := round(pe.at)
+			at := round(pe.at + res.Wait.Seconds())
 			out.Allowed, out.AdmittedAt, out.RetryAfterMS = true, &at, 0
 			if res.Lease.ID != "" {
 				// The simulated call returns at once.

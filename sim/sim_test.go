@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,3 +159,49 @@ func FuzzReadTrace(f *testing.F) {
 		}
 	})
 }
+
+// Waiting requests book their turn as the service does: a cost of 20
+// behind a stream of cost-1 requests keeps its place (sleep-and-retry
+// would starve it), and per-limit costs ("costs") count per limit.
+func TestWaitersBookAndCostsPerLimit(t *testing.T) {
+	p, err := policy.Parse([]byte(pulsePolicy + `
+  - name: tpm
+    key: "k:{k}"
+    capacity: 1000
+    refill: "1000/m"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := `{"t": 0, "descriptors": {}, "cost": 20}
+{"t": 0.01, "descriptors": {}, "cost": 20, "max_wait_ms": 2000}
+`
+	for i := range 40 {
+		trace += `{"t": ` + strings.TrimRight(strings.TrimRight(fmtSecs(0.02+float64(i)*0.02), "0"), ".") + `, "descriptors": {}, "cost": 1, "max_wait_ms": 2000}` + "\n"
+	}
+	trace += `{"t": 3, "descriptors": {"k": "a"}, "costs": {"tpm": 900}}
+{"t": 3, "descriptors": {"k": "a"}, "costs": {"tpm": 200}}
+`
+	evs, err := sim.ReadTrace(strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sim.Run(p, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := rep.Outcomes[1]
+	if !big.Allowed || big.AdmittedAt == nil || *big.AdmittedAt != 0.4 {
+		t.Fatalf("the cost-20 waiter is admitted at its turn (0.4 s: 20 tokens at 50/s after the first 20): %+v", big)
+	}
+	for i, o := range rep.Outcomes[2:42] {
+		if !o.Allowed || *o.AdmittedAt < 0.4 {
+			t.Fatalf("cost-1 waiter %d overtook the cost-20 one: %+v", i, o)
+		}
+	}
+	if a, b := rep.Outcomes[42], rep.Outcomes[43]; !a.Allowed || b.Allowed || a.Limits[1].TokenCost != 900 || b.Limits[1].TokenCost != 200 {
+		t.Fatalf("per-limit costs: %+v %+v", a, b)
+	}
+}
+
+func fmtSecs(s float64) string { return strconv.FormatFloat(s, 'f', 6, 64) }
