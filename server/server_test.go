@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -424,5 +425,34 @@ func TestPauseHTTP(t *testing.T) {
 		if resp, m := post(t, ts, "/v1/pause", body); resp.Status[:3] != want[0] || m["code"] != want[1] {
 			t.Errorf("%s: %s %v, want %v", body, resp.Status, m, want)
 		}
+	}
+}
+
+// A held request (max_wait_ms) whose caller goes away before its turn has
+// its booking returned: the next booking waits as if it had never been.
+func TestHeldBookingReturnedWhenTheCallerLeaves(t *testing.T) {
+	ts := newServer(t, func(c *server.Config) { c.MaxWait = time.Minute; c.MaxWaiting = 10 })
+	post(t, ts, "/v1/check", `{"descriptors": {"tenant": "h"}, "cost": 3}`) // empty (frozen clock)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/check", strings.NewReader(`{"descriptors": {"tenant": "h"}, "max_wait_ms": 30000}`))
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the held request answered before its turn (2 s on a frozen clock)")
+	}
+	// the server notices the caller left and returns the booking
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "h"}, "cost": 1, "max_wait_ms": 60000, "reserve": true}`)
+		if m["wait_ms"] == 2000.0 {
+			break // the left booking's token is back: this one is first in line
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the booking of the caller that left was not returned: %v", m)
+		}
+		// not yet returned: give this reservation back and look again
+		if lease, _ := m["lease"].(string); lease != "" {
+			post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_cost": 0}`)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
