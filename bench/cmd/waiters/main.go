@@ -38,6 +38,7 @@ func main() {
 	n := flag.Int("n", 200, "concurrent waiters per round")
 	rate := flag.Int("rate", 1000, "the bucket's refill per second (capacity 1)")
 	rounds := flag.Int("rounds", 3, "rounds")
+	floor := flag.Bool("floor", false, "the floor: no waiting in sluice; the client sends request k itself at k/rate (on 200 open connections), against a bucket that admits them at once, and lateness is each answer's time less k/rate")
 	flag.Parse()
 	if *bin == "" {
 		log.Fatal("-sluice is required")
@@ -50,7 +51,11 @@ func main() {
 	dir, _ := os.MkdirTemp("", "waiters")
 	defer os.RemoveAll(dir)
 	pol := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pol, []byte(fmt.Sprintf("limits:\n  - {name: hot, key: \"k:{k}\", capacity: 1, refill_per_second: %d}\n", *rate)), 0o644)
+	capacity, perToken := 1, time.Second/time.Duration(*rate)
+	if *floor {
+		capacity = 1_000_000
+	}
+	os.WriteFile(pol, []byte(fmt.Sprintf("limits:\n  - {name: hot, key: \"k:{k}\", capacity: %d, refill_per_second: %d}\n", capacity, *rate)), 0o644)
 	addr := freeAddr()
 	cmd := exec.Command(*bin, "serve", "--config", pol, "--http", addr, "--store", "redis://"+srv.Addr,
 		"--max-waiting", strconv.Itoa(*n*2), "--max-wait", "60s", "--log-level", "warn", "--reload", "0")
@@ -61,20 +66,26 @@ func main() {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	waitUp(addr)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *n * 2}, Timeout: time.Minute}
-	fmt.Printf("%s: %d waiters, capacity 1 at %d/s, %d rounds\n", *bin, *n, *rate, *rounds)
+	fmt.Printf("%s: %d waiters, capacity %d at %d/s, %d rounds\n", *bin, *n, capacity, *rate, *rounds)
 	for round := 1; round <= *rounds; round++ {
 		key := fmt.Sprintf("r%d", round)
-		// empty the bucket first, so that every waiter waits
-		post(client, addr, key, 0)
+		if !*floor { // empty the bucket first, so that every waiter waits
+			post(client, addr, key, 0)
+		}
 		beforeF, beforeE := scriptCalls(srv.Addr)
 		var mu sync.Mutex
 		var admitted []time.Duration
 		refused := 0
 		var wg sync.WaitGroup
 		start := time.Now()
-		for range *n {
+		for k := range *n {
 			wg.Go(func() {
-				ok := post(client, addr, key, 60000)
+				wait := 60000
+				if *floor { // the client keeps the line: send at the turn, no waiting in sluice
+					time.Sleep(time.Until(start.Add(time.Duration(k) * perToken)))
+					wait = 0
+				}
+				ok := post(client, addr, key, wait)
 				at := time.Since(start)
 				mu.Lock()
 				defer mu.Unlock()
@@ -89,10 +100,16 @@ func main() {
 		f, e := scriptCalls(srv.Addr)
 		f, e = f-beforeF, e-beforeE
 		slices.Sort(admitted)
-		per := time.Second / time.Duration(*rate)
+		per := perToken
 		var late []time.Duration
 		for k, at := range admitted {
 			late = append(late, max(at-admitted[0]-time.Duration(k)*per, 0))
+		}
+		if *floor { // due at k/rate from the start
+			late = late[:0]
+			for k, at := range admitted {
+				late = append(late, max(at-time.Duration(k)*per, 0))
+			}
 		}
 		slices.Sort(late)
 		pct := func(p float64) time.Duration {
