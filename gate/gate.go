@@ -13,6 +13,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -66,6 +67,13 @@ type Config struct {
 	// sluice.ErrWaitTooLong and consumes nothing. A server hint longer than
 	// MaxWait refuses at once too. 0 means no limit but the context's.
 	MaxWait time.Duration
+	// Dimensions are budgets beyond Limit (which is the per-call
+	// "requests" budget): tokens, or input and output tokens, each a token
+	// bucket of its own (starting full unless StartEmpty). A call is
+	// admitted when every dimension admits it, all or nothing; Charge gives
+	// a call's cost in a dimension (0 without one). Names must be unique
+	// and not empty.
+	Dimensions []Dimension
 	// Retry is the retry policy of Do. The zero value means no retry.
 	Retry Retry
 	// Clock is the time source for decisions; nil means the system clock.
@@ -85,6 +93,42 @@ type Config struct {
 	Rand *rand.Rand
 }
 
+// Dimension is a budget of a gate beyond its Limit, e.g. {Name: "tokens",
+// Limit: bucket.PerMinute(30000)}.
+type Dimension struct {
+	Name  string
+	Limit bucket.Limit
+}
+
+// dim is a dimension's bucket.
+type dim struct {
+	name  string
+	b     *bucket.Bucket
+	limit bucket.Limit
+}
+
+// Option is an option of one call (Do, Reserve).
+type Option func(*callOpts)
+
+type callOpts struct {
+	charges map[string]int64
+}
+
+// Charge charges the call cost in the gate's dimension name (a
+// Config.Dimensions name): g.Do(ctx, 1, fn, gate.Charge("tokens", 1200)).
+// A dimension without a Charge is charged 0. An unknown name, a negative
+// cost or one above the dimension's capacity refuses the call
+// (sluice.ErrInvalidCost, sluice.ErrCostExceedsCapacity), consuming
+// nothing.
+func Charge(name string, cost int64) Option {
+	return func(o *callOpts) {
+		if o.charges == nil {
+			o.charges = map[string]int64{}
+		}
+		o.charges[name] = cost
+	}
+}
+
 // Gate admits calls; see the package documentation. It is safe for
 // concurrent use. Create gates with New: a zero Gate admits nothing and
 // never panics; Do and Reserve return an error matching
@@ -94,6 +138,7 @@ type Gate struct {
 	name  string
 	b     *bucket.Bucket
 	limit bucket.Limit
+	dims  []dim          // Config.Dimensions, in order
 	logs  *bucket.Bucket // bounds the log rate
 
 	// The fast path (nobody waiting, no pause, a free slot, tokens now)
@@ -152,6 +197,21 @@ func New(cfg Config) (*Gate, error) {
 		return nil, fmt.Errorf("gate config: Limit: %w", err)
 	}
 	g := &Gate{cfg: cfg, name: cfg.Name, b: b, limit: cfg.Limit}
+	for i, d := range cfg.Dimensions {
+		if d.Name == "" {
+			return nil, bad("Dimensions[%d] has no name", i)
+		}
+		for _, o := range g.dims {
+			if o.name == d.Name {
+				return nil, bad("Dimensions: %q given twice", d.Name)
+			}
+		}
+		db, err := bucket.New(d.Limit, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("gate config: Dimensions %q: %w", d.Name, err)
+		}
+		g.dims = append(g.dims, dim{name: d.Name, b: db, limit: d.Limit})
+	}
 	if g.name == "" {
 		g.name = "gate"
 	}
@@ -207,6 +267,7 @@ func signal(w *waiter) {
 type Ticket struct {
 	g        *Gate
 	res      *bucket.Reservation
+	dres     []*bucket.Reservation // per dimension, in Config order
 	mu       sync.Mutex
 	released bool
 }
@@ -215,12 +276,80 @@ type Ticket struct {
 // bytes): it takes estimate tokens and an in-flight slot, waiting as Do
 // does, and returns a ticket. Settle the ticket with the actual cost and
 // Release it when the call has finished.
-func (g *Gate) Reserve(ctx context.Context, estimate int64) (*Ticket, error) {
-	res, err := g.acquire(ctx, estimate, 1, true)
+func (g *Gate) Reserve(ctx context.Context, estimate int64, opts ...Option) (*Ticket, error) {
+	ch, err := g.charges(opts, true)
+	if err != nil {
+		g.reject(err, costReason(err), estimate, 1, 0)
+		return nil, err
+	}
+	res, dres, err := g.acquire(ctx, estimate, 1, true, ch)
 	if err != nil {
 		return nil, err
 	}
-	return &Ticket{g: g, res: res}, nil
+	return &Ticket{g: g, res: res, dres: dres}, nil
+}
+
+// SettleCharge settles the ticket's charge in dimension name with the
+// actual cost, as Settle does for Limit (the unused part back exactly, an
+// excess charged into debt); once per dimension, before Release. An
+// unknown name is an error matching sluice.ErrInvalidCost.
+func (t *Ticket) SettleCharge(name string, actual int64) error {
+	for i, d := range t.g.dims {
+		if d.name == name && i < len(t.dres) {
+			return t.dres[i].Settle(actual)
+		}
+	}
+	return sluice.Errorf(sluice.ErrInvalidCost, "gate %q has no dimension %q", t.g.name, name)
+}
+
+// charges resolves a call's options into a cost per dimension (nil when
+// the gate has none, or, unless all is set, when none is charged).
+func (g *Gate) charges(opts []Option, all bool) ([]int64, error) {
+	if len(opts) == 0 && (!all || len(g.dims) == 0) {
+		return nil, nil
+	}
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	if len(o.charges) == 0 && (!all || len(g.dims) == 0) {
+		return nil, nil
+	}
+	ch := make([]int64, len(g.dims))
+	n := 0
+	for i, d := range g.dims {
+		if c, ok := o.charges[d.name]; ok {
+			if err := bucket.CheckCost(c, d.limit.Capacity); err != nil {
+				return nil, fmt.Errorf("%q: dimension %q: %w", g.name, d.name, err)
+			}
+			ch[i], n = c, n+1
+		}
+	}
+	if n < len(o.charges) {
+		for name := range o.charges {
+			if !g.hasDim(name) {
+				return nil, sluice.Errorf(sluice.ErrInvalidCost, "gate %q has no dimension %q", g.name, name)
+			}
+		}
+	}
+	return ch, nil
+}
+
+func (g *Gate) hasDim(name string) bool {
+	for _, d := range g.dims {
+		if d.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// costReason is the refusal reason of a cost error.
+func costReason(err error) string {
+	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		return "cost_exceeds_capacity"
+	}
+	return "invalid_cost"
 }
 
 // Settle replaces the estimate by the actual cost: the unused part goes
@@ -298,7 +427,12 @@ func (g *Gate) countAdmitted(attempt int) {
 // the gate again (it costs tokens) and labelled as a retry in logs and
 // events. When retries end, Do returns the last error, joined with the
 // gate's refusal if a retry was refused admission.
-func (g *Gate) Do(ctx context.Context, cost int64, fn func(context.Context) error) error {
+func (g *Gate) Do(ctx context.Context, cost int64, fn func(context.Context) error, opts ...Option) error {
+	ch, err := g.charges(opts, false)
+	if err != nil {
+		g.reject(err, costReason(err), cost, 1, 0)
+		return err
+	}
 	var last error
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
@@ -306,7 +440,7 @@ func (g *Gate) Do(ctx context.Context, cost int64, fn func(context.Context) erro
 				return err
 			}
 		}
-		if _, err := g.acquire(ctx, cost, attempt, false); err != nil {
+		if _, _, err := g.acquire(ctx, cost, attempt, false, ch); err != nil {
 			if last != nil {
 				return joinErrors(err, last)
 			}
@@ -334,11 +468,12 @@ func (g *Gate) run(ctx context.Context, fn func(context.Context) error) error {
 	return fn(ctx)
 }
 
-// acquire admits cost: it returns once the tokens and a slot are taken,
-// with the reservation when wantRes is set (else nil).
-func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool) (*bucket.Reservation, error) {
+// acquire admits cost (and ch, the costs per dimension; nil: none): it
+// returns once the tokens and a slot are taken, with the reservations when
+// wantRes is set (else nil).
+func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool, ch []int64) (*bucket.Reservation, []*bucket.Reservation, error) {
 	if g.b == nil {
-		return nil, errNotMade
+		return nil, nil, errNotMade
 	}
 	if err := bucket.CheckCost(cost, g.limit.Capacity); err != nil {
 		reason := "cost_exceeds_capacity"
@@ -346,25 +481,80 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 			reason = "invalid_cost"
 		}
 		g.reject(err, reason, cost, attempt, 0)
-		return nil, err
+		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if r, ok := g.tryNow(cost, attempt, wantRes); ok {
-		return r, nil
+	if ch != nil {
+		if r, dres, ok := g.tryNowDims(cost, attempt, ch); ok {
+			return r, dres, nil
+		}
+	} else if r, ok := g.tryNow(cost, attempt, wantRes); ok {
+		return r, nil, nil
 	}
-	w, now, err := g.enqueue(ctx, cost, attempt)
+	w, now, err := g.enqueue(ctx, cost, attempt, ch)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := g.wait(ctx, w, now); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !wantRes {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return w.res, nil // rebooking may have replaced res
+	return w.res, w.dres, nil // rebooking may have replaced them
+}
+
+// tryNowDims is tryNow for a call charging dimensions: every bucket must
+// have its cost now (all or nothing: each taken is returned when one has
+// not), then a slot.
+func (g *Gate) tryNowDims(cost int64, attempt int, ch []int64) (*bucket.Reservation, []*bucket.Reservation, bool) {
+	for spin := 0; spin < 3 && g.queued.Load() == 0 && !g.paused.Load(); spin++ {
+		if g.cfg.MaxInFlight > 0 && g.inFlight.Load() >= int64(g.cfg.MaxInFlight) {
+			runtime.Gosched()
+			continue
+		}
+		r, dres, ok := g.reserveAll(cost, ch)
+		if !ok {
+			return nil, nil, false // not every bucket has it now: queue
+		}
+		if g.takeSlot() {
+			g.countAdmitted(attempt)
+			g.observe("admitted", "", cost, attempt, 0)
+			return r, dres, true
+		}
+		cancelAll(r, dres) // lost the last slot to another caller: exact refund
+	}
+	return nil, nil, false
+}
+
+// reserveAll takes cost and every dimension's charge now, or nothing.
+func (g *Gate) reserveAll(cost int64, ch []int64) (*bucket.Reservation, []*bucket.Reservation, bool) {
+	r, err := g.b.Reserve(cost, 0)
+	if err != nil {
+		return nil, nil, false
+	}
+	dres := make([]*bucket.Reservation, len(g.dims))
+	for i, d := range g.dims {
+		if dres[i], err = d.b.Reserve(ch[i], 0); err != nil {
+			cancelAll(r, dres[:i])
+			return nil, nil, false
+		}
+	}
+	return r, dres, true
+}
+
+// cancelAll returns reservations exactly.
+func cancelAll(r *bucket.Reservation, dres []*bucket.Reservation) {
+	if r != nil {
+		r.Cancel()
+	}
+	for _, x := range dres {
+		if x != nil {
+			x.Cancel()
+		}
+	}
 }
 
 // tryNow is acquire's fast path: nobody ahead, no pause, a slot: tokens

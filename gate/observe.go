@@ -21,6 +21,30 @@ type Event struct {
 	Capacity        int64         // bucket_capacity
 	RefillPerSecond float64       // refill_per_second
 	TokensRemaining float64       // tokens_remaining after the decision
+	// Dimensions are the gate's Config.Dimensions after the decision, in
+	// their order (nil without dimensions).
+	Dimensions []DimensionStats
+}
+
+// DimensionStats is one dimension of a gate (Config.Dimensions): its
+// capacity and refill and the tokens in its bucket (negative: booked by
+// waiters, or a settle's debt).
+type DimensionStats struct {
+	Name            string
+	Capacity        int64
+	RefillPerSecond float64
+	Tokens          float64
+}
+
+func (g *Gate) dimStats() []DimensionStats {
+	if len(g.dims) == 0 {
+		return nil
+	}
+	out := make([]DimensionStats, len(g.dims))
+	for i, d := range g.dims {
+		out[i] = DimensionStats{Name: d.name, Capacity: d.limit.Capacity, RefillPerSecond: d.limit.Rate, Tokens: d.b.Tokens()}
+	}
+	return out
 }
 
 // Stats is a snapshot of a gate's counters.
@@ -41,6 +65,8 @@ type Stats struct {
 	InFlight    int       // calls admitted and not finished now
 	PausedUntil time.Time // zero unless a server hint pauses the gate
 	Tokens      float64   // tokens in the bucket now (negative: booked by waiters)
+	// Dimensions are the gate's Config.Dimensions now, in their order.
+	Dimensions []DimensionStats
 }
 
 // Stats returns a snapshot of the gate's counters.
@@ -55,6 +81,7 @@ func (g *Gate) Stats() Stats {
 	if g.b != nil {
 		s.Tokens = g.b.Tokens()
 	}
+	s.Dimensions = g.dimStats()
 	s.Rejected = map[string]uint64{
 		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,
 		"cost_exceeds_capacity": s.RejectedCost, "canceled": s.Canceled,
@@ -78,7 +105,7 @@ func (g *Gate) observe(result, reason string, cost int64, attempt int, waited ti
 	g.cfg.Observe(Event{
 		Limiter: g.name, Result: result, Reason: reason, Retry: attempt > 1, Attempt: attempt,
 		Cost: cost, Waited: waited, Capacity: g.limit.Capacity, RefillPerSecond: g.limit.Rate,
-		TokensRemaining: g.b.Tokens(),
+		TokensRemaining: g.b.Tokens(), Dimensions: g.dimStats(),
 	})
 }
 

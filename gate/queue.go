@@ -15,8 +15,10 @@ import (
 type waiter struct {
 	cost     int64
 	res      *bucket.Reservation
-	ready    time.Time // when the booked tokens are there
-	limit    time.Time // latest acceptable admission; zero: none
+	ch       []int64               // cost per dimension (nil: none)
+	dres     []*bucket.Reservation // its reservations
+	ready    time.Time             // when the booked tokens are there
+	limit    time.Time             // latest acceptable admission; zero: none
 	wake     chan struct{}
 	attempt  int
 	admitted bool  // a slot was handed over by dispatchLocked
@@ -59,7 +61,7 @@ func (g *Gate) popLocked() {
 // refused (with the error given to the caller) when the queue is full, a
 // pause lasts longer than the caller may wait, or the tokens would come
 // too late.
-func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int) (*waiter, time.Time, error) {
+func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64) (*waiter, time.Time, error) {
 	g.mu.Lock()
 	now := g.now()
 	if g.paused.Load() && !g.pausedUntil.After(now) {
@@ -85,14 +87,14 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int) (*waiter, t
 		g.reject(err, "wait_too_long", cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
-	res, err := g.b.ReserveAt(now, cost, budget)
+	res, dres, ready, err := g.bookLocked(now, cost, ch, budget)
 	if err != nil {
 		g.mu.Unlock()
 		err = fmt.Errorf("%q: %w", g.name, err)
 		g.reject(err, "wait_too_long", cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
-	w := &waiter{cost: cost, res: res, ready: now.Add(res.DelayFrom(now)), wake: make(chan struct{}, 1), attempt: attempt}
+	w := &waiter{cost: cost, res: res, ch: ch, dres: dres, ready: ready, wake: make(chan struct{}, 1), attempt: attempt}
 	if budget != time.Duration(math.MaxInt64) {
 		w.limit = now.Add(budget)
 	}
@@ -101,6 +103,30 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int) (*waiter, t
 	g.dispatchLocked(now) // it may go at once (a slot, and tokens now)
 	g.mu.Unlock()
 	return w, now, nil
+}
+
+// bookLocked books cost and the charges ch (nil: none) at now within
+// budget, all or nothing, and returns when they are all there.
+func (g *Gate) bookLocked(now time.Time, cost int64, ch []int64, budget time.Duration) (*bucket.Reservation, []*bucket.Reservation, time.Time, error) {
+	res, err := g.b.ReserveAt(now, cost, budget)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	ready := now.Add(res.DelayFrom(now))
+	if ch == nil {
+		return res, nil, ready, nil
+	}
+	dres := make([]*bucket.Reservation, len(g.dims))
+	for i, d := range g.dims {
+		if dres[i], err = d.b.ReserveAt(now, ch[i], budget); err != nil {
+			cancelAll(res, dres[:i])
+			return nil, nil, time.Time{}, fmt.Errorf("dimension %q: %w", d.name, err)
+		}
+		if r := now.Add(dres[i].DelayFrom(now)); r.After(ready) {
+			ready = r
+		}
+	}
+	return res, dres, ready, nil
 }
 
 // wait blocks until w, at the head of the queue, has its tokens, the pause
@@ -185,13 +211,9 @@ func (g *Gate) removeLocked(w *waiter) {
 	}
 	behind := append([]*waiter(nil), g.queue[i+1:]...)
 	for j := len(behind) - 1; j >= 0; j-- {
-		if behind[j].res != nil {
-			behind[j].res.Cancel()
-		}
+		cancelAll(behind[j].res, behind[j].dres)
 	}
-	if w.res != nil {
-		w.res.Cancel()
-	}
+	cancelAll(w.res, w.dres)
 	if inQueue {
 		g.queue = append(g.queue[:i], behind...)
 		g.queued.Add(-1)
@@ -201,13 +223,13 @@ func (g *Gate) removeLocked(w *waiter) {
 		if v.err != nil {
 			continue
 		}
-		r, err := g.b.ReserveAt(now, v.cost, time.Duration(math.MaxInt64))
+		r, dres, ready, err := g.bookLocked(now, v.cost, v.ch, time.Duration(math.MaxInt64))
 		if err != nil {
 			// Cannot happen (the same tokens just came back), but if it did
 			// the waiter fails rather than run unpaid.
-			v.res, v.err = nil, err
+			v.res, v.dres, v.err = nil, nil, err
 		} else {
-			v.res, v.ready = r, now.Add(r.DelayFrom(now))
+			v.res, v.dres, v.ready = r, dres, ready
 		}
 		signal(v)
 	}
