@@ -147,3 +147,39 @@ func TestDimensionsCancelledWaiterReturnsCharges(t *testing.T) {
 		}
 	})
 }
+
+// Lower lowers a budget to a provider's count, never raising it;
+// PauseDimension holds the calls that charge that dimension only.
+func TestLowerAndPauseDimension(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := dimsGate(t)
+		ctx := context.Background()
+		nop := func(context.Context) error { return nil }
+		if !g.Lower("tokens", 300) || tokens(g) != 300 {
+			t.Fatalf("lowered to %v", tokens(g))
+		}
+		if g.Lower("tokens", 900); tokens(g) != 300 {
+			t.Fatalf("raised to %v", tokens(g))
+		}
+		if !g.Lower("requests", 5) || g.Stats().Tokens != 5 {
+			t.Fatalf("requests lowered to %v", g.Stats().Tokens)
+		}
+		if g.Lower("bytes", 1) || g.PauseDimension("bytes", time.Second) {
+			t.Fatal("an unknown dimension")
+		}
+		start := time.Now()
+		g.PauseDimension("tokens", 2*time.Second)
+		if err := g.Do(ctx, 1, nop); err != nil || time.Since(start) != 0 {
+			t.Fatalf("a call not charging tokens waits: %v after %v", err, time.Since(start))
+		}
+		if err := g.Do(ctx, 1, nop, gate.Charge("tokens", 10)); err != nil || time.Since(start) != 2*time.Second {
+			t.Fatalf("a call charging tokens waits for the pause: %v after %v", err, time.Since(start))
+		}
+		short, _ := gate.New(gate.Config{Limit: bucket.PerSecond(100), MaxQueue: 10, MaxWait: time.Second,
+			Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.PerSecond(100)}}})
+		short.PauseDimension("tokens", 5*time.Second)
+		if err := short.Do(ctx, 1, nop, gate.Charge("tokens", 1)); !errors.Is(err, sluice.ErrWaitTooLong) {
+			t.Fatalf("a pause longer than MaxWait: %v", err)
+		}
+	})
+}

@@ -100,11 +100,13 @@ type Dimension struct {
 	Limit bucket.Limit
 }
 
-// dim is a dimension's bucket.
+// dim is a dimension's bucket, and the end of its own pause (Unix ns; 0:
+// none), set by PauseDimension.
 type dim struct {
-	name  string
-	b     *bucket.Bucket
-	limit bucket.Limit
+	name        string
+	b           *bucket.Bucket
+	limit       bucket.Limit
+	pausedUntil atomic.Int64
 }
 
 // Option is an option of one call (Do, Reserve).
@@ -138,7 +140,7 @@ type Gate struct {
 	name  string
 	b     *bucket.Bucket
 	limit bucket.Limit
-	dims  []dim          // Config.Dimensions, in order
+	dims  []*dim         // Config.Dimensions, in order
 	logs  *bucket.Bucket // bounds the log rate
 
 	// The fast path (nobody waiting, no pause, a free slot, tokens now)
@@ -210,7 +212,7 @@ func New(cfg Config) (*Gate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gate config: Dimensions %q: %w", d.Name, err)
 		}
-		g.dims = append(g.dims, dim{name: d.Name, b: db, limit: d.Limit})
+		g.dims = append(g.dims, &dim{name: d.Name, b: db, limit: d.Limit})
 	}
 	if g.name == "" {
 		g.name = "gate"
@@ -515,6 +517,9 @@ func (g *Gate) tryNowDims(cost int64, attempt int, ch []int64) (*bucket.Reservat
 			runtime.Gosched()
 			continue
 		}
+		if g.dimPaused(ch, g.now()) {
+			return nil, nil, false // a charged dimension is paused: queue
+		}
 		r, dres, ok := g.reserveAll(cost, ch)
 		if !ok {
 			return nil, nil, false // not every bucket has it now: queue
@@ -527,6 +532,93 @@ func (g *Gate) tryNowDims(cost int64, attempt int, ch []int64) (*bucket.Reservat
 		cancelAll(r, dres) // lost the last slot to another caller: exact refund
 	}
 	return nil, nil, false
+}
+
+// dimPaused reports whether a dimension charged by ch is paused at now.
+func (g *Gate) dimPaused(ch []int64, now time.Time) bool {
+	for i, d := range g.dims {
+		if ch[i] > 0 && d.pausedUntil.Load() > now.UnixNano() {
+			return true
+		}
+	}
+	return false
+}
+
+// dimPauseEnd is the latest end of the pauses of the dimensions ch
+// charges (zero: none).
+func (g *Gate) dimPauseEnd(ch []int64) time.Time {
+	var end int64
+	for i, d := range g.dims {
+		if ch != nil && ch[i] > 0 {
+			end = max(end, d.pausedUntil.Load())
+		}
+	}
+	if end == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, end)
+}
+
+// Lower lowers the tokens of a budget to at most remaining (a provider's
+// own count, which may be lower than the gate's when another client shares
+// the key); it never raises them. dimension is "requests" (or "") for
+// Limit, else a Config.Dimensions name; it reports false for an unknown
+// one.
+func (g *Gate) Lower(dimension string, remaining int64) bool {
+	b := g.bucketOf(dimension)
+	if b == nil {
+		return false
+	}
+	if excess := int64(b.Tokens()) - max(remaining, 0); excess > 0 {
+		b.Take(excess) // (if another call took tokens meanwhile, fewer are left: fine)
+	}
+	return true
+}
+
+// PauseDimension pauses one budget for d: "requests" (or "") pauses the
+// whole gate (Pause); a Config.Dimensions name makes the calls that charge
+// that dimension wait until d from now (or the later end of an earlier
+// pause of it). It reports false for an unknown dimension; d <= 0 does
+// nothing.
+func (g *Gate) PauseDimension(dimension string, d time.Duration) bool {
+	if dimension == "" || dimension == "requests" {
+		g.Pause(d)
+		return true
+	}
+	for _, x := range g.dims {
+		if x.name != dimension {
+			continue
+		}
+		if d > 0 {
+			g.mu.Lock()
+			until := g.now().Add(d).UnixNano()
+			if until > x.pausedUntil.Load() {
+				x.pausedUntil.Store(until)
+				for _, w := range g.queue {
+					signal(w)
+				}
+				g.logLocked(slog.LevelWarn, "rate limit: server hint pauses a dimension of the gate",
+					slog.String("dimension", dimension), slog.Int64("retry_after_ms", ceilMS(d)))
+			}
+			g.mu.Unlock()
+		}
+		return true
+	}
+	return false
+}
+
+// bucketOf is the bucket of a budget ("requests" or "": Limit), nil for an
+// unknown one.
+func (g *Gate) bucketOf(dimension string) *bucket.Bucket {
+	if dimension == "" || dimension == "requests" {
+		return g.b
+	}
+	for _, d := range g.dims {
+		if d.name == dimension {
+			return d.b
+		}
+	}
+	return nil
 }
 
 // reserveAll takes cost and every dimension's charge now, or nothing.

@@ -28,10 +28,14 @@ type waiter struct {
 // readyLocked returns when w may be admitted as far as tokens and the
 // server's pause go.
 func (g *Gate) readyLocked(w *waiter) time.Time {
-	if g.pausedUntil.After(w.ready) {
-		return g.pausedUntil
+	ready := w.ready
+	if g.pausedUntil.After(ready) {
+		ready = g.pausedUntil
 	}
-	return w.ready
+	if end := g.dimPauseEnd(w.ch); end.After(ready) {
+		ready = end
+	}
+	return ready
 }
 
 // dispatchLocked admits waiters from the head of the queue while they are
@@ -81,6 +85,9 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64)
 	}
 	budget := g.budget(ctx, now)
 	pause := g.pausedUntil.Sub(now)
+	if end := g.dimPauseEnd(ch); !end.IsZero() {
+		pause = max(pause, end.Sub(now))
+	}
 	if pause > budget {
 		g.mu.Unlock()
 		err := sluice.Errorf(sluice.ErrWaitTooLong, "%q is paused by a server hint for %v, more than the %v allowed", g.name, pause, budget)

@@ -61,6 +61,13 @@ type transport struct {
 // otherwise, and after the last attempt, the server's answer is returned as
 // it came. Errors from the gate (sluice.ErrQueueFull, ErrWaitTooLong, cost
 // errors) and from base are returned as the RoundTrip error.
+//
+// Every answer's own rate-limit headers (ParseProviderLimits: OpenAI's,
+// Anthropic's, the IETF fields, RateLimit-* and X-RateLimit-*) also adjust
+// the gate: a budget the provider counts lower than the gate ("requests",
+// or a gate Dimension of the same name: "tokens", "input_tokens", ...) is
+// lowered to the provider's figure, never raised; one with nothing left and
+// a reset is paused until the reset (gate.PauseDimension).
 func NewTransport(base http.RoundTripper, g *gate.Gate, opts ...TransportOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -70,6 +77,27 @@ func NewTransport(base http.RoundTripper, g *gate.Gate, opts ...TransportOption)
 		o(t)
 	}
 	return t
+}
+
+// follow applies what a response says of the provider's own limits
+// (ParseProviderLimits) to the gate, on every answer: a budget the
+// provider counts lower than the gate is lowered to the provider's figure
+// (never raised: another client may share the key); one with nothing left
+// and a reset is paused until the reset (capped like hints). Budgets are
+// "requests" (the gate's Limit) and the gate's Dimensions by name; others
+// are ignored. Retry hints are left to the 429/503 handling.
+func (t *transport) follow(h http.Header) {
+	for _, l := range ParseProviderLimits(h) {
+		if l.Dimension == "" || l.Remaining < 0 {
+			continue
+		}
+		if !t.g.Lower(l.Dimension, l.Remaining) {
+			continue
+		}
+		if l.Remaining == 0 && l.Reset > 0 {
+			t.g.PauseDimension(l.Dimension, min(l.Reset, t.maxHint))
+		}
+	}
 }
 
 func idempotent(r *http.Request) bool {
@@ -106,6 +134,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return err
 		}
+		t.follow(res.Header)
 		if res.StatusCode != http.StatusTooManyRequests && res.StatusCode != http.StatusServiceUnavailable {
 			resp = res
 			return nil

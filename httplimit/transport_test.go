@@ -317,3 +317,45 @@ func FuzzRetryHint(f *testing.F) {
 		httplimit.ParseRateLimitField(rateLimit)
 	})
 }
+
+// Every answer's own rate-limit headers adjust the gate: budgets the
+// provider counts lower are lowered (never raised), and one with nothing
+// left and a reset is paused until then.
+func TestTransportFollowsProviderHeaders(t *testing.T) {
+	s := newScript(t,
+		reply{200, map[string]string{"x-ratelimit-remaining-requests": "3", "x-ratelimit-remaining-tokens": "100", "x-ratelimit-reset-tokens": "1s"}},
+		reply{200, map[string]string{"x-ratelimit-remaining-requests": "400", "x-ratelimit-remaining-tokens": "29000"}},
+		reply{200, map[string]string{"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1m0s", "x-ratelimit-limit-tokens": "30000"}},
+	)
+	g, err := gate.New(gate.Config{Limit: bucket.PerMinute(500), MaxQueue: 10, MaxWait: time.Second,
+		Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.PerMinute(30000)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: httplimit.NewTransport(nil, g)}
+	get := func() {
+		t.Helper()
+		resp, err := c.Get(s.srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	get()
+	st := g.Stats()
+	if st.Tokens > 3.1 || st.Dimensions[0].Tokens > 100.1 || st.Dimensions[0].Tokens < 99 {
+		t.Fatalf("lowered to the provider's figures (3 requests, 100 tokens): %+v", st)
+	}
+	get() // the provider says more than the gate holds: nothing is raised
+	if st2 := g.Stats(); st2.Tokens > st.Tokens || st2.Dimensions[0].Tokens > 101 {
+		t.Fatalf("raised: %+v after %+v", st2, st)
+	}
+	get() // no tokens left for a minute: the tokens dimension pauses
+	err = g.Do(context.Background(), 1, func(context.Context) error { return nil }, gate.Charge("tokens", 1))
+	if !errors.Is(err, sluice.ErrWaitTooLong) {
+		t.Fatalf("a call charging tokens during the provider's reset: %v", err)
+	}
+	if err := g.Do(context.Background(), 1, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("a call not charging tokens: %v", err)
+	}
+}
