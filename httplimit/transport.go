@@ -4,10 +4,13 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/gate"
@@ -40,10 +43,30 @@ type StatusError struct {
 func (e *StatusError) Error() string { return "httplimit: server answered " + e.Status }
 
 type transport struct {
-	base    http.RoundTripper
-	g       *gate.Gate
-	cost    func(*http.Request) int64
-	maxHint time.Duration
+	base     http.RoundTripper
+	g        *gate.Gate
+	cost     func(*http.Request) int64
+	maxHint  time.Duration
+	estimate func(*http.Request) int64
+	usage    func(*http.Response) (int64, bool)
+}
+
+// WithTokenEstimate charges each request's estimated tokens (f's result)
+// to the gate's "tokens" dimension before it is sent (gate.Charge); the
+// gate must have that dimension. The request then holds its in-flight slot
+// until its response body is closed (a streaming answer keeps it while it
+// streams), and a 429 or 503 that is retried is settled at 0 tokens.
+func WithTokenEstimate(f func(*http.Request) int64) TransportOption {
+	return func(t *transport) { t.estimate = f }
+}
+
+// WithTokenUsage settles the estimate (WithTokenEstimate) with the tokens
+// the answer says were used: f is called on the final response before it
+// is returned; when it reports ok, the "tokens" charge is settled to that
+// (the unused part returned exactly, an excess charged as debt). f must
+// leave the body readable for the caller (UsageFromJSON does).
+func WithTokenUsage(f func(*http.Response) (int64, bool)) TransportOption {
+	return func(t *transport) { t.usage = f }
 }
 
 // NewTransport returns a RoundTripper that sends every request through g
@@ -113,6 +136,9 @@ func rewindable(r *http.Request) bool {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.estimate != nil {
+		return t.roundTripTokens(req)
+	}
 	canRetry := idempotent(req) && rewindable(req)
 	attempts := max(t.g.Config().Retry.MaxAttempts, 1)
 	var resp *http.Response
@@ -169,3 +195,130 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return resp, nil
 }
+
+// roundTripTokens is RoundTrip with a token estimate: each attempt reserves
+// its request cost and its estimated tokens (waiting as Do does), a retried
+// 429/503 is settled at 0 tokens and released, and the final answer keeps
+// its ticket until its body is closed, settled by WithTokenUsage.
+func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
+	canRetry := idempotent(req) && rewindable(req)
+	attempts := max(t.g.Config().Retry.MaxAttempts, 1)
+	est := t.estimate(req)
+	for attempt := 1; ; attempt++ {
+		tk, err := t.g.Reserve(req.Context(), t.cost(req), gate.Charge("tokens", est))
+		if err != nil {
+			if req.Body != nil && attempt == 1 {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+		r := req
+		if attempt > 1 {
+			r = req.Clone(req.Context())
+			if req.GetBody != nil {
+				body, err := req.GetBody()
+				if err != nil {
+					tk.SettleCharge("tokens", 0)
+					tk.Release()
+					return nil, fmt.Errorf("httplimit: rewinding the request body: %w", err)
+				}
+				r.Body = body
+			}
+		}
+		res, err := t.base.RoundTrip(r)
+		if err != nil {
+			tk.SettleCharge("tokens", 0) // (nothing reached the provider, as far as is known)
+			tk.Release()
+			return nil, err
+		}
+		t.follow(res.Header)
+		if res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusServiceUnavailable {
+			hint, hinted := RetryHint(res.Header, time.Now(), t.maxHint)
+			if hinted {
+				t.g.Pause(hint)
+			}
+			if canRetry && attempt < attempts {
+				io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+				res.Body.Close()
+				tk.SettleCharge("tokens", 0) // refused: no tokens used
+				tk.Release()
+				continue
+			}
+			tk.SettleCharge("tokens", 0)
+		} else if t.usage != nil {
+			if used, ok := t.usage(res); ok {
+				tk.SettleCharge("tokens", max(used, 0))
+			}
+		}
+		res.Body = &releaseOnClose{ReadCloser: res.Body, release: tk.Release}
+		return res, nil
+	}
+}
+
+// releaseOnClose releases a ticket when the body is closed (once).
+type releaseOnClose struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *releaseOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}
+
+// UsageFromJSON reads the tokens an OpenAI or Anthropic answer says it
+// used, from its JSON body's "usage" (OpenAI: total_tokens, else
+// prompt_tokens + completion_tokens; Anthropic: input_tokens +
+// output_tokens), for WithTokenUsage. It reads the body (at most 8 MiB)
+// and puts it back, so the caller reads it whole. false when the body is
+// not such JSON (a streamed answer, an error page).
+func UsageFromJSON(res *http.Response) (int64, bool) {
+	if res.Body == nil || res.Body == http.NoBody {
+		return 0, false
+	}
+	const max = 8 << 20
+	b, err := io.ReadAll(io.LimitReader(res.Body, max+1))
+	rest := res.Body
+	res.Body = &readBack{Reader: io.MultiReader(bytes.NewReader(b), rest), closer: rest}
+	if err != nil || len(b) > max {
+		return 0, false
+	}
+	var v struct {
+		Usage *struct {
+			TotalTokens      *int64 `json:"total_tokens"`
+			PromptTokens     *int64 `json:"prompt_tokens"`
+			CompletionTokens *int64 `json:"completion_tokens"`
+			InputTokens      *int64 `json:"input_tokens"`
+			OutputTokens     *int64 `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(b, &v) != nil || v.Usage == nil {
+		return 0, false
+	}
+	u := v.Usage
+	val := func(p *int64) int64 {
+		if p == nil || *p < 0 {
+			return 0
+		}
+		return *p
+	}
+	switch {
+	case u.TotalTokens != nil:
+		return val(u.TotalTokens), true
+	case u.PromptTokens != nil || u.CompletionTokens != nil:
+		return val(u.PromptTokens) + val(u.CompletionTokens), true
+	case u.InputTokens != nil || u.OutputTokens != nil:
+		return val(u.InputTokens) + val(u.OutputTokens), true
+	}
+	return 0, false
+}
+
+// readBack is a body read ahead and put back.
+type readBack struct {
+	io.Reader
+	closer io.Closer
+}
+
+func (r *readBack) Close() error { return r.closer.Close() }

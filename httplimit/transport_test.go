@@ -359,3 +359,93 @@ func TestTransportFollowsProviderHeaders(t *testing.T) {
 		t.Fatalf("a call not charging tokens: %v", err)
 	}
 }
+
+// With a token estimate, a request reserves its tokens, holds its slot
+// until its body is closed, and is settled with the usage its answer
+// reports (UsageFromJSON leaves the body readable); a retried 429 is
+// settled at 0 tokens.
+func TestTransportTokenEstimateAndUsage(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 3 {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(429)
+			return
+		}
+		io.WriteString(w, `{"id": "x", "usage": {"prompt_tokens": 150, "completion_tokens": 50}}`)
+	}))
+	defer srv.Close()
+	g, err := gate.New(gate.Config{Limit: bucket.PerSecond(100), MaxInFlight: 1, MaxQueue: 5, MaxWait: 5 * time.Second,
+		Retry:      gate.Retry{MaxAttempts: 2},
+		Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.Limit{Capacity: 10000, Rate: 0.001}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: httplimit.NewTransport(nil, g,
+		httplimit.WithTokenEstimate(func(*http.Request) int64 { return 1000 }),
+		httplimit.WithTokenUsage(httplimit.UsageFromJSON))}
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk := g.Stats().Dimensions[0].Tokens; tk < 9799.9 || tk > 9800.1 {
+		t.Fatalf("settled to the 200 tokens used: %v left", tk)
+	}
+	if g.Stats().InFlight != 1 {
+		t.Fatalf("the slot is held until the body is closed: %+v", g.Stats())
+	}
+	second := make(chan error, 1)
+	go func() {
+		r, err := c.Get(srv.URL)
+		if err == nil {
+			r.Body.Close()
+		}
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("a second request got the only slot while the first body was open: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(b, []byte(`"completion_tokens": 50`)) {
+		t.Fatalf("the caller reads the whole body: %q", b)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	// the third answer is a 429 (retried: settled at 0), the retry a 200
+	r3, err := c.Get(srv.URL)
+	if err != nil || r3.StatusCode != 200 {
+		t.Fatalf("%v %v", r3, err)
+	}
+	r3.Body.Close()
+	if tk := g.Stats().Dimensions[0].Tokens; tk < 9399.9 || tk > 9400.1 || calls.Load() != 4 {
+		t.Fatalf("after 3 answered calls of 200 tokens and one 429: %v tokens left, %d calls", tk, calls.Load())
+	}
+	if g.Stats().InFlight != 0 {
+		t.Fatalf("slots left: %+v", g.Stats())
+	}
+}
+
+func TestUsageFromJSON(t *testing.T) {
+	for body, want := range map[string]int64{
+		`{"usage": {"total_tokens": 42, "prompt_tokens": 1}}`:      42,
+		`{"usage": {"prompt_tokens": 10, "completion_tokens": 5}}`: 15,
+		`{"usage": {"input_tokens": 100, "output_tokens": 7}}`:     107,
+		`{"usage": {"input_tokens": -5, "output_tokens": 7}}`:      7,
+		`{"no": "usage"}`:                      -1,
+		`data: {"usage": {"total_tokens": 1}}`: -1,
+		``:                                     -1,
+	} {
+		res := &http.Response{Body: io.NopCloser(bytes.NewBufferString(body))}
+		got, ok := httplimit.UsageFromJSON(res)
+		if (want < 0) == ok || (ok && got != want) {
+			t.Errorf("%s: %d %v, want %d", body, got, ok, want)
+		}
+		if rest, _ := io.ReadAll(res.Body); string(rest) != body {
+			t.Errorf("%s: the body reads %q after", body, rest)
+		}
+	}
+}
