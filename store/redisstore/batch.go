@@ -49,6 +49,20 @@ func (s *Store) submit(ctx context.Context, c *call) bool {
 	return false
 }
 
+// unqueue takes c out of the queue when it is still there (not yet sent in
+// a batch); false when a batch has it.
+func (s *Store) unqueue(c *call) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, q := range s.queue {
+		if q == c {
+			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 // next hands the slot to the queued requests: one goroutine sends batch
 // after batch while requests keep queueing, then frees the slot.
 func (s *Store) next() {

@@ -206,8 +206,16 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			select {
 			case <-c.done:
 			case <-ctx.Done():
-				// The batch still holds c: leave it to the garbage collector.
-				return store.Result{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
+				if s.unqueue(c) {
+					// Not sent yet: it takes nothing.
+					c.items, c.self[0] = nil, nil
+					return store.Result{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
+				}
+				// Already in a script call: its decision stands (tokens
+				// taken are the caller's), so wait for it (bounded by the
+				// store's timeout) rather than report a failure for a
+				// request that was admitted.
+				<-c.done
 			}
 		}
 		var err error
