@@ -394,7 +394,7 @@ func (slidingKind) adjust(sp *Spec, st State, exists bool, now Now, delta int64)
 		// the old count to "previous").
 		s, _ = sp.Window.Sliding(s, now.Wall, 0)
 	}
-	s.Curr = max(s.Curr+delta, 0)
+	s.Curr = capCount(s.Curr, delta, sp.Window.Limit)
 	_, dec := sp.Window.Sliding(s, now.Wall, 0)
 	return slidingState(s), dec, true
 }
@@ -423,9 +423,21 @@ func (fixedKind) adjust(sp *Spec, st State, exists bool, now Now, delta int64) (
 		}
 		s = window.FixedState{Index: idx}
 	}
-	s.Count = max(s.Count+delta, 0)
+	s.Count = capCount(s.Count, delta, sp.Window.Limit)
 	_, dec := sp.Window.Fixed(s, now.Wall, 0)
 	return fixedState(s), dec, true
+}
+
+// capCount is a window count n corrected by delta, between 0 and twice the
+// window's limit: a charge however large holds at most one limit of debt
+// beyond full (as a token bucket's settle debt is at most one capacity),
+// and never wraps around to an empty window.
+func capCount(n, delta, limit int64) int64 {
+	c := 2 * limit // (limit <= 2^61: window.Limit.Validate)
+	if delta > 0 && n > c-delta {
+		return max(n, c)
+	}
+	return max(n+delta, 0)
 }
 
 func floorDiv(a, b int64) int64 {

@@ -19,9 +19,13 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
+// MaxLimit is the largest window limit: counts stay below 2^63 with room
+// for one limit of debt and a cost.
+const MaxLimit = 1 << 61
+
 // Limit is at most Limit units of cost per Window.
 type Limit struct {
-	// Limit is N, the cost admitted per window. It must be >= 1.
+	// Limit is N, the cost admitted per window. It must be 1 to MaxLimit.
 	Limit int64
 	// Window is W. It must be > 0.
 	Window time.Duration
@@ -30,8 +34,8 @@ type Limit struct {
 // Validate returns an error matching sluice.ErrInvalidLimit when l is
 // unusable.
 func (l Limit) Validate() error {
-	if l.Limit < 1 {
-		return sluice.Errorf(sluice.ErrInvalidLimit, "window limit %d must be at least 1", l.Limit)
+	if l.Limit < 1 || l.Limit > MaxLimit {
+		return sluice.Errorf(sluice.ErrInvalidLimit, "window limit %d must be 1 to 2^61", l.Limit)
 	}
 	if l.Window <= 0 {
 		return sluice.Errorf(sluice.ErrInvalidLimit, "window %v must be positive", l.Window)

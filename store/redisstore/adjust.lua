@@ -73,7 +73,12 @@ for i = 1, #KEYS do
         if sign == '-' then
           if cmp(st[ci], delta) <= 0 then st[ci] = ZERO else st[ci] = sub(st[ci], delta) end
         else
-          st[ci] = add(st[ci], delta)
+          -- at most one limit of debt beyond full (store's capCount)
+          local cap = add(N, N)
+          if cmp(st[ci], cap) <= 0 then
+            st[ci] = add(st[ci], delta)
+            if cmp(st[ci], cap) > 0 then st[ci] = cap end
+          end
         end
         save(key, kind, st, add(W, W), expire)
       end

@@ -73,6 +73,7 @@ KIND.q = {
       if cmp(used, delta) <= 0 then used = ZERO else used = sub(used, delta) end
     else
       used = add(used, delta)
+      if cmp(used, MAXINT) > 0 then used = MAXINT end -- saturating, as quota.Limit.Adjust
     end
     local reset = ZERO
     if #used > 0 then reset = sub(e, now) end

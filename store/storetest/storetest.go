@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -58,6 +59,7 @@ func Run(t *testing.T, newStore Factory, opts ...Option) {
 		{"BookAllOrNothing", testBookAllOrNothing},
 		{"BookCancel", testBookCancel},
 		{"Pause", testPause},
+		{"ChargesSaturate", testChargesSaturate},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := skip[c.name]; ok {
@@ -650,5 +652,31 @@ func testPause(t *testing.T, f Factory) {
 	c.Advance(1300 * time.Millisecond)
 	if r := take(t, s, store.Item{Key: "new", Spec: sp, Cost: 3}); !r.Allowed || r.Decisions[0].Remaining != 0 {
 		t.Fatalf("rule: after the pause the bucket refills from empty (3 tokens 0.3s after it): %+v", r)
+	}
+}
+
+// Charges however large (a settle's excess) saturate: a window or a quota
+// charged past the int64 range twice stays exhausted, never wrapping
+// around to empty.
+func testChargesSaturate(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	q, err := store.NewSpec(store.Limit{Kind: store.Quota, Quota: quota.Limit{Limit: 100, Period: quota.Month}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sp := range []*store.Spec{q,
+		{Kind: store.SlidingWindow, Window: window.Limit{Limit: 100, Window: time.Hour}},
+		{Kind: store.FixedWindow, Window: window.Limit{Limit: 100, Window: time.Hour}}} {
+		key := "sat-" + sp.Kind.String()
+		take(t, s, store.Item{Key: key, Spec: sp, Cost: 100})
+		for range 2 {
+			c.Advance(time.Second)
+			if err := s.Adjust(context.Background(), []store.Adjustment{{Key: key, Spec: sp, Delta: math.MaxInt64}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := take(t, s, store.Item{Key: key, Spec: sp, Cost: 1}); r.Allowed {
+			t.Fatalf("rule: charges saturate (%s charged past the int64 range stays exhausted): %+v", sp.Kind, r)
+		}
 	}
 }
