@@ -114,7 +114,13 @@ type Option func(*callOpts)
 
 type callOpts struct {
 	charges map[string]int64
+	attempt int
 }
+
+// RetryAttempt labels a Reserve as attempt n of a call (2 for its first
+// retry), counted and reported as a retry (see BeforeRetry); n <= 1 is the
+// original call.
+func RetryAttempt(n int) Option { return func(o *callOpts) { o.attempt = n } }
 
 // Charge charges the call cost in the gate's dimension name (a
 // Config.Dimensions name): g.Do(ctx, 1, fn, gate.Charge("tokens", 1200)).
@@ -279,12 +285,18 @@ type Ticket struct {
 // does, and returns a ticket. Settle the ticket with the actual cost and
 // Release it when the call has finished.
 func (g *Gate) Reserve(ctx context.Context, estimate int64, opts ...Option) (*Ticket, error) {
+	attempt := 1
+	for _, f := range opts {
+		var o callOpts
+		f(&o)
+		attempt = max(attempt, o.attempt)
+	}
 	ch, err := g.charges(opts, true)
 	if err != nil {
-		g.reject(err, costReason(err), estimate, 1, 0)
+		g.reject(err, costReason(err), estimate, attempt, 0)
 		return nil, err
 	}
-	res, dres, err := g.acquire(ctx, estimate, 1, true, ch)
+	res, dres, err := g.acquire(ctx, estimate, attempt, true, ch)
 	if err != nil {
 		return nil, err
 	}
@@ -569,8 +581,14 @@ func (g *Gate) Lower(dimension string, remaining int64) bool {
 	if b == nil {
 		return false
 	}
-	if excess := int64(b.Tokens()) - max(remaining, 0); excess > 0 {
-		b.Take(excess) // (if another call took tokens meanwhile, fewer are left: fine)
+	for range 8 { // (another call may take tokens between the read and the take)
+		excess := int64(b.Tokens()) - max(remaining, 0)
+		if excess <= 0 {
+			break
+		}
+		if d, _, _ := b.Take(excess); d.Allowed {
+			break
+		}
 	}
 	return true
 }

@@ -11,6 +11,18 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
+// BeforeRetry is what Do does before attempt number attempt (2 for the
+// first retry) of a call whose last attempt failed with last: it counts
+// the retry and sleeps the Retry policy's jittered backoff, or refuses at
+// once (an error matching sluice.ErrWaitTooLong, joined with last) when
+// the server's pause or the backoff cannot end within MaxWait or ctx's
+// deadline. For callers that drive attempts themselves with Reserve (the
+// HTTP transport with a token estimate); admit the retry with
+// RetryAttempt(attempt) so that it is labelled as one.
+func (g *Gate) BeforeRetry(ctx context.Context, attempt int, last error) error {
+	return g.beforeRetry(ctx, attempt, last)
+}
+
 // beforeRetry sleeps the jittered backoff before retry number attempt-1, or
 // refuses at once when the server's pause or the backoff cannot end within
 // MaxWait or ctx's deadline.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -205,7 +206,7 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 	attempts := max(t.g.Config().Retry.MaxAttempts, 1)
 	est := t.estimate(req)
 	for attempt := 1; ; attempt++ {
-		tk, err := t.g.Reserve(req.Context(), t.cost(req), gate.Charge("tokens", est))
+		tk, err := t.g.Reserve(req.Context(), t.cost(req), gate.Charge("tokens", est), gate.RetryAttempt(attempt))
 		if err != nil {
 			if req.Body != nil && attempt == 1 {
 				req.Body.Close()
@@ -242,6 +243,10 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 				res.Body.Close()
 				tk.SettleCharge("tokens", 0) // refused: no tokens used
 				tk.Release()
+				// the gate's retry policy: counted, jittered, no sooner than a hint
+				if err := t.g.BeforeRetry(req.Context(), attempt+1, &StatusError{StatusCode: res.StatusCode, Status: res.Status}); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			tk.SettleCharge("tokens", 0)
@@ -271,11 +276,16 @@ func (b *releaseOnClose) Close() error {
 // UsageFromJSON reads the tokens an OpenAI or Anthropic answer says it
 // used, from its JSON body's "usage" (OpenAI: total_tokens, else
 // prompt_tokens + completion_tokens; Anthropic: input_tokens +
-// output_tokens), for WithTokenUsage. It reads the body (at most 8 MiB)
-// and puts it back, so the caller reads it whole. false when the body is
-// not such JSON (a streamed answer, an error page).
+// output_tokens), for WithTokenUsage. It reads a body whose Content-Type
+// is JSON (at most 8 MiB) and puts it back, so the caller reads it whole;
+// any other body (a streamed answer, an error page) is left unread, false.
 func UsageFromJSON(res *http.Response) (int64, bool) {
 	if res.Body == nil || res.Body == http.NoBody {
+		return 0, false
+	}
+	// Only a JSON body is read ahead: a stream (text/event-stream) is left
+	// to the caller, unread.
+	if ct := strings.ToLower(res.Header.Get("Content-Type")); !strings.Contains(ct, "json") {
 		return 0, false
 	}
 	const max = 8 << 20

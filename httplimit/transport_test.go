@@ -372,6 +372,7 @@ func TestTransportTokenEstimateAndUsage(t *testing.T) {
 			w.WriteHeader(429)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id": "x", "usage": {"prompt_tokens": 150, "completion_tokens": 50}}`)
 	}))
 	defer srv.Close()
@@ -439,7 +440,7 @@ func TestUsageFromJSON(t *testing.T) {
 		`data: {"usage": {"total_tokens": 1}}`: -1,
 		``:                                     -1,
 	} {
-		res := &http.Response{Body: io.NopCloser(bytes.NewBufferString(body))}
+		res := &http.Response{Header: http.Header{"Content-Type": {"application/json; charset=utf-8"}}, Body: io.NopCloser(bytes.NewBufferString(body))}
 		got, ok := httplimit.UsageFromJSON(res)
 		if (want < 0) == ok || (ok && got != want) {
 			t.Errorf("%s: %d %v, want %d", body, got, ok, want)
@@ -447,5 +448,64 @@ func TestUsageFromJSON(t *testing.T) {
 		if rest, _ := io.ReadAll(res.Body); string(rest) != body {
 			t.Errorf("%s: the body reads %q after", body, rest)
 		}
+	}
+}
+
+// A streamed answer (text/event-stream) is returned at once with a token
+// estimate and UsageFromJSON: its body is not read ahead.
+func TestTransportTokenEstimateStreams(t *testing.T) {
+	hold := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"delta\": \"hi\"}\n\n")
+		w.(http.Flusher).Flush()
+		<-hold
+	}))
+	defer srv.Close()
+	defer close(hold)
+	g, _ := gate.New(gate.Config{Limit: bucket.PerSecond(10), Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.PerSecond(10000)}}})
+	c := &http.Client{Transport: httplimit.NewTransport(nil, g,
+		httplimit.WithTokenEstimate(func(*http.Request) int64 { return 10 }), httplimit.WithTokenUsage(httplimit.UsageFromJSON))}
+	got := make(chan *http.Response, 1)
+	go func() {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	select {
+	case resp := <-got:
+		if g.Stats().InFlight != 1 {
+			t.Errorf("the streaming answer holds its slot: %+v", g.Stats())
+		}
+		resp.Body.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("RoundTrip waited for the end of the stream")
+	}
+}
+
+// With a token estimate, a retried 503 without a hint waits the gate's
+// retry backoff and is counted as a retry, as Do's retries are.
+func TestTransportTokenEstimateRetriesWithBackoff(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(503)
+		}
+	}))
+	defer srv.Close()
+	g, _ := gate.New(gate.Config{Limit: bucket.PerSecond(100), MaxQueue: 5, MaxWait: 5 * time.Second,
+		Retry:      gate.Retry{MaxAttempts: 2, BaseDelay: 200 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+		Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.PerSecond(10000)}}})
+	c := &http.Client{Transport: httplimit.NewTransport(nil, g, httplimit.WithTokenEstimate(func(*http.Request) int64 { return 10 }))}
+	start := time.Now()
+	resp, err := c.Get(srv.URL)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	resp.Body.Close()
+	if el := time.Since(start); el < 200*time.Millisecond || g.Stats().Retries != 1 || g.Stats().AdmittedRetries != 1 {
+		t.Fatalf("the retry after %v, stats %+v: want the 200 ms backoff and one retry counted", el, g.Stats())
 	}
 }

@@ -124,6 +124,9 @@ func (l *Limiter) SettleCosts(ctx context.Context, r Receipt, actual int64, actu
 		return nil
 	}
 	if err := l.st.Adjust(ctx, adj); err != nil {
+		if r.settled != nil {
+			r.settled.Store(false) // not applied: it may be settled again
+		}
 		return fmt.Errorf("limiter: %w", err)
 	}
 	return nil

@@ -517,6 +517,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		sh := &s.shards[shardOf(a.Key)]
 		sh.mu.Lock()
 		if e := sh.m[a.Key]; e != nil {
+			s.leased.Add(-e.tokens)
 			e.tokens = 0
 		}
 		sh.mu.Unlock()
