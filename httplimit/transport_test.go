@@ -343,12 +343,13 @@ func TestTransportFollowsProviderHeaders(t *testing.T) {
 	}
 	get()
 	st := g.Stats()
-	if st.Tokens > 3.1 || st.Dimensions[0].Tokens > 100.1 || st.Dimensions[0].Tokens < 99 {
+	// (the buckets refill meanwhile: 500 tokens and 8.3 requests a second)
+	if st.Tokens > 4 || st.Dimensions[0].Tokens > 150 || st.Dimensions[0].Tokens < 99 {
 		t.Fatalf("lowered to the provider's figures (3 requests, 100 tokens): %+v", st)
 	}
 	get() // the provider says more than the gate holds: nothing is raised
-	if st2 := g.Stats(); st2.Tokens > st.Tokens || st2.Dimensions[0].Tokens > 101 {
-		t.Fatalf("raised: %+v after %+v", st2, st)
+	if st2 := g.Stats(); st2.Tokens > 10 || st2.Dimensions[0].Tokens > 1000 {
+		t.Fatalf("raised towards the provider's 400 requests and 29000 tokens: %+v after %+v", st2, st)
 	}
 	get() // no tokens left for a minute: the tokens dimension pauses
 	err = g.Do(context.Background(), 1, func(context.Context) error { return nil }, gate.Charge("tokens", 1))
