@@ -299,20 +299,20 @@ func TestPausedRedisTimesOut(t *testing.T) {
 // waits as on the shared store.
 func TestLocalBooks(t *testing.T) {
 	r := newRig(t, failover.Local, 2)
-	sp := spec(t, 10, 10, "") // per instance: 5, at 5/s
+	sp := spec(t, 10, 1, "") // per instance: 5, at 0.5/s
 	r.srv.Kill()
 	if res, err := take(t, r.fs, store.Item{Key: "b", Spec: sp, Cost: 5}); err != nil || !res.Allowed {
 		t.Fatalf("emptying the local share: %+v %v", res, err)
 	}
-	items := []store.Item{{Key: "b", Spec: sp, Cost: 1, MaxWait: time.Second}}
+	items := []store.Item{{Key: "b", Spec: sp, Cost: 1, MaxWait: 3 * time.Second}}
 	res, err := r.fs.Take(context.Background(), items)
-	// (the rig's clock is real: the wait is 200 ms less what has elapsed
+	// (the rig's clock is real: the wait is 2 s less what has elapsed
 	// since the bucket was emptied)
-	if w := items[0].Wait; err != nil || !res.Allowed || w > 200*time.Millisecond || w < 100*time.Millisecond || res.Wait != w {
-		t.Fatalf("a local booking waits for the local share's refill (1 token at 5/s): %+v %+v %v", res, items[0], err)
+	if w := items[0].Wait; err != nil || !res.Allowed || w > 2*time.Second || w < time.Second || res.Wait != w {
+		t.Fatalf("a local booking waits for the local share's refill (1 token at 0.5/s): %+v %+v %v", res, items[0], err)
 	}
-	items = []store.Item{{Key: "b", Spec: sp, Cost: 5, MaxWait: time.Second}}
+	items = []store.Item{{Key: "b", Spec: sp, Cost: 5, MaxWait: 3 * time.Second}}
 	if res, err := r.fs.Take(context.Background(), items); err != nil || res.Allowed || items[0].Wait != 0 {
-		t.Fatalf("a booking beyond MaxWait (1.2 s) is refused: %+v %+v %v", res, items[0], err)
+		t.Fatalf("a booking beyond MaxWait (12 s) is refused: %+v %+v %v", res, items[0], err)
 	}
 }
