@@ -38,6 +38,7 @@ func main() {
 	n := flag.Int("n", 200, "concurrent waiters per round")
 	rate := flag.Int("rate", 1000, "the bucket's refill per second (capacity 1)")
 	rounds := flag.Int("rounds", 3, "rounds")
+	memory := flag.Bool("memory", false, "serve from memory instead of Redis (no store round trips at all)")
 	floor := flag.Bool("floor", false, "the floor: no waiting in sluice; the client sends request k itself at k/rate (on 200 open connections), against a bucket that admits them at once, and lateness is each answer's time less k/rate")
 	flag.Parse()
 	if *bin == "" {
@@ -57,8 +58,11 @@ func main() {
 	}
 	os.WriteFile(pol, []byte(fmt.Sprintf("limits:\n  - {name: hot, key: \"k:{k}\", capacity: %d, refill_per_second: %d}\n", capacity, *rate)), 0o644)
 	addr := freeAddr()
-	cmd := exec.Command(*bin, "serve", "--config", pol, "--http", addr, "--store", "redis://"+srv.Addr,
-		"--max-waiting", strconv.Itoa(*n*2), "--max-wait", "60s", "--log-level", "warn", "--reload", "0")
+	args := []string{"serve", "--config", pol, "--http", addr, "--max-waiting", strconv.Itoa(*n * 2), "--max-wait", "60s", "--log-level", "warn", "--reload", "0"}
+	if !*memory {
+		args = append(args, "--store", "redis://"+srv.Addr)
+	}
+	cmd := exec.Command(*bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		log.Fatal(err)
