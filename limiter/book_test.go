@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/store"
@@ -236,6 +238,38 @@ func TestPauseReportsTheLongerPause(t *testing.T) {
 		}
 		if _, err := l.Pause(ctx, d, 25*time.Hour, nil); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Fatalf("a pause above MaxPause: %v", err)
+		}
+	})
+}
+
+// A held booking's wake-up is measured: sluice_wait_lateness_seconds
+// counts one observation per booked Check that slept (and
+// sluice_waits_total the limit that made it wait).
+func TestWaitMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		l := limiterOver(t, bookSrc, memstore.New(), limiter.WithRegisterer(reg))
+		d := map[string]string{"k": "a"}
+		l.Check(context.Background(), limiter.Request{Descriptors: d})
+		if res, _ := l.Check(context.Background(), limiter.Request{Descriptors: d, MaxWait: time.Second}); !res.Allowed {
+			t.Fatal(res)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]uint64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if h := m.GetHistogram(); h != nil {
+					got[mf.GetName()] = h.GetSampleCount()
+				} else if c := m.GetCounter(); c != nil && mf.GetName() == "sluice_waits_total" {
+					got[mf.GetName()] = uint64(c.GetValue())
+				}
+			}
+		}
+		if got["sluice_wait_lateness_seconds"] != 1 || got["sluice_wait_seconds"] != 1 || got["sluice_waits_total"] != 1 {
+			t.Fatalf("metrics: %v", got)
 		}
 	})
 }

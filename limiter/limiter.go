@@ -222,6 +222,7 @@ type metrics struct {
 	errors    prometheus.Counter
 	waits     *prometheus.CounterVec // booked waits, per limit
 	waitSecs  prometheus.Histogram   // their lengths
+	lateness  prometheus.Histogram   // how late a booked request woke for its turn
 	pauses    *prometheus.CounterVec // pauses, per limit
 }
 
@@ -257,6 +258,10 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 			Name: "sluice_wait_seconds", Help: "Booked waits: the time from a booking to the request's turn.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 10),
 		}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_wait_lateness_seconds", Help: "How late a booked request held by Check woke for its turn (its wake-up less its due time).",
+			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
+		}),
 		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_pauses_total", Help: "Pauses (a server's retry hint, Limiter.Pause, /v1/pause), per limit paused.",
 		}, []string{"limit"}),
@@ -265,7 +270,7 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	if l.reg != nil {
-		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors, l.m.waits, l.m.waitSecs, l.m.pauses}
+		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors, l.m.waits, l.m.waitSecs, l.m.lateness, l.m.pauses}
 		if sr, ok := s.(store.StatsReporter); ok {
 			cs = append(cs,
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys", Help: "Keys held by the store."},
@@ -558,8 +563,13 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		// Booked: the request's place in line comes after r.Wait.
 		if req.Reserve {
 			res.Wait = r.Wait
-		} else if err := sleep(ctx, r.Wait); err != nil {
-			l.cancelBooking(items, res, r.Wait)
+		} else {
+			due := time.Now().Add(r.Wait)
+			if err := sleep(ctx, r.Wait); err != nil {
+				l.cancelBooking(items, res, r.Wait)
+			} else {
+				l.m.lateness.Observe(max(time.Since(due), 0).Seconds())
+			}
 		}
 	}
 	if res.Allowed && !req.Peek && (req.Receipt || req.Reserve) {

@@ -77,6 +77,7 @@ func main() {
 			post(client, addr, key, 0)
 		}
 		beforeF, beforeE := scriptCalls(srv.Addr)
+		beforeL := serverLateness(addr)
 		var mu sync.Mutex
 		var admitted []time.Duration
 		refused := 0
@@ -123,8 +124,14 @@ func main() {
 			return late[min(int(p*float64(len(late))), len(late)-1)]
 		}
 		adm := float64(max(len(admitted), 1))
-		fmt.Printf("round %d admitted %d refused %d decision-calls/admitted %.2f book-calls/admitted %.2f lateness p50 %v p99 %v max %v\n", round, len(admitted), refused,
-			float64(f)/adm, float64(e)/adm, pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), late[len(late)-1].Round(10*time.Microsecond))
+		afterL := serverLateness(addr)
+		var server string
+		if n := afterL[len(afterL)-1] - beforeL[len(beforeL)-1]; n > 0 {
+			server = fmt.Sprintf(" server-wakeups<=0.64ms %.0f%% <=2.56ms %.0f%% <=10.24ms %.0f%%", 100*float64(afterL[3]-beforeL[3])/float64(n),
+				100*float64(afterL[4]-beforeL[4])/float64(n), 100*float64(afterL[5]-beforeL[5])/float64(n))
+		}
+		fmt.Printf("round %d admitted %d refused %d decision-calls/admitted %.2f book-calls/admitted %.2f lateness p50 %v p99 %v max %v%s\n", round, len(admitted), refused,
+			float64(f)/adm, float64(e)/adm, pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), late[len(late)-1].Round(10*time.Microsecond), server)
 	}
 }
 
@@ -167,6 +174,33 @@ func scriptCalls(addr string) (fcall, eval int64) {
 		}
 	}
 	return fcall, eval
+}
+
+// serverLateness reads sluice_wait_lateness_seconds from the server's
+// /metrics: its cumulative bucket counts (le 1e-5, 4e-5, ... 2.62 s) and
+// its total count last; zeros when the server has none.
+func serverLateness(addr string) []int64 {
+	out := make([]int64, 11)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	i := 0
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "sluice_wait_lateness_seconds_bucket{") && i < 10:
+			f := strings.Fields(line)
+			out[i], _ = strconv.ParseInt(f[len(f)-1], 10, 64)
+			i++
+		case strings.HasPrefix(line, "sluice_wait_lateness_seconds_count"):
+			f := strings.Fields(line)
+			out[10], _ = strconv.ParseInt(f[len(f)-1], 10, 64)
+		}
+	}
+	return out
 }
 
 func freeAddr() string {
