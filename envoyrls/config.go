@@ -29,6 +29,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/yamlmsg"
+
 	"go.yaml.in/yaml/v3"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -445,16 +447,11 @@ func (p *parser) limit(n *yaml.Node) *Limit {
 // yamlError is a YAML syntax error as an Error, its "yaml: line N:" prefix
 // turned into the Error's line.
 func yamlError(err error) *Error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, tail, ok := strings.Cut(rest, ":"); ok {
-			if l, err := strconv.Atoi(n); err == nil {
-				line, msg = l, strings.TrimSpace(tail)
-			}
-		}
+	line, msg := yamlmsg.Split(err)
+	if line == 0 {
+		line = 1
 	}
-	return &Error{Line: line, Msg: "YAML: " + msg}
+	return &Error{Line: line, Msg: msg}
 }
 
 // match walks a descriptor's entries down a domain's tree as the reference

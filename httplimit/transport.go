@@ -124,6 +124,23 @@ func (t *transport) follow(h http.Header) {
 	}
 }
 
+// attemptRequest is the request to send for attempt n: req itself first,
+// then a clone with its body rewound (GetBody).
+func attemptRequest(ctx context.Context, req *http.Request, n int) (*http.Request, error) {
+	if n <= 1 {
+		return req, nil
+	}
+	r := req.Clone(ctx)
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: rewinding the request body: %w", err)
+		}
+		r.Body = body
+	}
+	return r, nil
+}
+
 func idempotent(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete, http.MethodTrace, "":
@@ -146,16 +163,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	attempt := 0
 	err := t.g.Do(req.Context(), t.cost(req), func(ctx context.Context) error {
 		attempt++
-		r := req
-		if attempt > 1 {
-			r = req.Clone(ctx)
-			if req.GetBody != nil {
-				body, err := req.GetBody()
-				if err != nil {
-					return fmt.Errorf("httplimit: rewinding the request body: %w", err)
-				}
-				r.Body = body
-			}
+		r, err := attemptRequest(ctx, req, attempt)
+		if err != nil {
+			return err
 		}
 		res, err := t.base.RoundTrip(r)
 		if err != nil {
@@ -213,18 +223,11 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
-		r := req
-		if attempt > 1 {
-			r = req.Clone(req.Context())
-			if req.GetBody != nil {
-				body, err := req.GetBody()
-				if err != nil {
-					tk.SettleCharge("tokens", 0)
-					tk.Release()
-					return nil, fmt.Errorf("httplimit: rewinding the request body: %w", err)
-				}
-				r.Body = body
-			}
+		r, err := attemptRequest(req.Context(), req, attempt)
+		if err != nil {
+			tk.SettleCharge("tokens", 0)
+			tk.Release()
+			return nil, err
 		}
 		res, err := t.base.RoundTrip(r)
 		if err != nil {

@@ -48,6 +48,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/yamlmsg"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -286,17 +288,8 @@ func alwaysHits(when map[string]string, l *Limit) bool {
 }
 
 func yamlError(err error) *Error {
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "yaml: ")
-	line := 1
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, tail, ok := strings.Cut(rest, ":"); ok {
-			if l, err := strconv.Atoi(n); err == nil {
-				line, msg = l, strings.TrimSpace(tail)
-			}
-		}
-	}
-	return &Error{Line: line, Msg: "YAML: " + msg}
+	line, msg := yamlmsg.Split(err)
+	return &Error{Line: line, Msg: msg}
 }
 
 func validName(s string) bool {
