@@ -139,6 +139,29 @@ type Store interface {
 	Close() error
 }
 
+// Renewer is implemented by stores whose in-flight leases can be kept
+// alive past their TTL, for calls that run longer than it: Renew moves the
+// expiry of each of lease's slots still held to ttl from now (the store's
+// clock), unless it is later already. A slot that was released or has
+// expired is not revived, and that is not an error: a lease renewed too
+// late is lost, as a crashed holder's is. ttl must be positive.
+type Renewer interface {
+	Renew(ctx context.Context, lease Lease, ttl time.Duration) error
+}
+
+// ErrCannotRenew reports a Renew on a store that does not implement
+// Renewer.
+var ErrCannotRenew = errors.New("store: leases cannot be renewed on this store")
+
+// Renew renews lease on s if s is a Renewer, else returns ErrCannotRenew.
+func Renew(ctx context.Context, s Store, lease Lease, ttl time.Duration) error {
+	r, ok := s.(Renewer)
+	if !ok {
+		return fmt.Errorf("%w (%T)", ErrCannotRenew, s)
+	}
+	return r.Renew(ctx, lease, ttl)
+}
+
 // KeyBorrower is implemented by stores that can decide items whose keys
 // are borrowed: TakeBorrowed is Take for items whose Key strings alias
 // memory the caller overwrites once the call returns. The store copies any

@@ -284,6 +284,19 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	return err
 }
 
+// Renew implements store.Renewer: on the store that holds the lease (the
+// local one for a lease taken while degraded).
+func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
+	if id, ok := strings.CutPrefix(lease.ID, localPrefix); ok {
+		return store.Renew(ctx, s.local, store.Lease{ID: id, Keys: lease.Keys}, ttl)
+	}
+	err := store.Renew(ctx, s.cfg.Primary, lease, ttl)
+	if outage(ctx, err) {
+		s.degrade(err)
+	}
+	return err
+}
+
 // Adjust implements store.Store: on the primary, or while degraded on the
 // local buckets (where the items were taken then).
 func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {

@@ -531,6 +531,12 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	return s.inner.Release(ctx, lease)
 }
 
+// Renew implements store.Renewer on the shared store (where the slots
+// are); a shared store that cannot renew makes it an error.
+func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
+	return store.Renew(ctx, s.inner, lease, ttl)
+}
+
 // Close returns every leased token to the shared store, then closes it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {

@@ -4,6 +4,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -112,6 +113,34 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 						idle = slices.Max(sl.exp)
 					}
 					shd.noteIdle(idle)
+					break
+				}
+			}
+		}
+		shd.mu.Unlock()
+	}
+	return nil
+}
+
+// Renew implements store.Renewer.
+func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("memstore: renew: ttl %v must be positive: %w", ttl, store.ErrInvalidItem)
+	}
+	d, _ := s.now()
+	exp := d + int64(ttl)
+	for _, key := range lease.Keys {
+		shd := &s.shards[s.shardOf(key)]
+		shd.mu.Lock()
+		if sl := shd.leases[key]; sl != nil {
+			for i, id := range sl.ids {
+				if id == lease.ID && sl.exp[i] > d {
+					// (a later expiry makes the set idle later, never
+					// sooner: the shard's low mark stays a lower bound)
+					sl.exp[i] = max(sl.exp[i], exp)
 					break
 				}
 			}

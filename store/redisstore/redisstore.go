@@ -43,9 +43,11 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -328,6 +330,65 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	for _, r := range s.c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("redisstore: release: %w", err)
+		}
+	}
+	return nil
+}
+
+// renewScript moves a held slot's expiry (KEYS[1] a lease set, ARGV[1]
+// the lease id) to ARGV[2] microseconds from now (ARGV[3], Unix us; empty:
+// Redis' own TIME), never earlier, and with ARGV[4] '1' keeps the set's
+// key alive that long; a slot released or expired is not revived.
+var renewScript = rueidis.NewLuaScript(`
+local us
+if ARGV[3] == '' then
+  local t = redis.call('TIME')
+  us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  us = tonumber(ARGV[3])
+end
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) <= us then return 0 end
+local exp = us + tonumber(ARGV[2])
+if tonumber(s) < exp then redis.call('ZADD', KEYS[1], string.format('%d', exp), ARGV[1]) end
+if ARGV[4] == '1' then
+  local want = math.ceil(tonumber(ARGV[2]) / 1000) + 1
+  local pt = redis.call('PTTL', KEYS[1])
+  if pt >= 0 and pt < want then redis.call('PEXPIRE', KEYS[1], want) end
+end
+return 1`)
+
+// Renew implements store.Renewer: one script call per key of the lease
+// (each a slot of its own, so that it works on Redis Cluster).
+func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
+	select {
+	case <-s.closed:
+		return store.ErrClosed
+	default:
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("redisstore: renew: ttl %v must be positive: %w", ttl, store.ErrInvalidItem)
+	}
+	if lease.ID == "" || len(lease.Keys) == 0 {
+		return nil
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	now := ""
+	if s.cfg.clock != nil {
+		now = strconv.FormatInt(s.cfg.clock.Now().UnixNano()/1000, 10)
+	}
+	us := strconv.FormatInt(int64((ttl+time.Microsecond-1)/time.Microsecond), 10)
+	execs := make([]rueidis.LuaExec, 0, len(lease.Keys))
+	for _, k := range lease.Keys {
+		if !strings.HasPrefix(k, s.cfg.prefix) {
+			return fmt.Errorf("redisstore: renew: key %q is not one of this store's", k)
+		}
+		execs = append(execs, rueidis.LuaExec{Keys: []string{k}, Args: []string{lease.ID, us, now, s.expire()}})
+	}
+	for _, r := range renewScript.ExecMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("redisstore: renew: %w", err)
 		}
 	}
 	return nil

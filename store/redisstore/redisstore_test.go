@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -530,5 +531,33 @@ func TestCommonLimitsTakeTheDoublePath(t *testing.T) {
 	}
 	if st := rs.ScriptStats(); st.Fast-before.Fast != 3 {
 		t.Fatalf("999,999,937 per day: %d of 3 decisions on the double path", st.Fast-before.Fast)
+	}
+}
+
+// Renew on Redis' own clock (no script clock): a renewed slot outlives its
+// TTL, and its key's expiry follows it.
+func TestRenewOnRedisTime(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: 300 * time.Millisecond}
+	items := []store.Item{{Key: "renew", Spec: sp, Cost: 1}}
+	r, err := s.Take(ctx, items)
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if err := s.Renew(ctx, r.Lease, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // twice the TTL: only the renewal holds the slot
+	if r2, err := s.Take(ctx, items); err != nil || r2.Allowed {
+		t.Fatalf("rule: a renewed slot is held past its TTL: %+v %v", r2, err)
+	}
+	pttl, err := redistest.Do(srv.Addr, "PTTL", r.Lease.Keys[0])
+	if n, _ := strconv.Atoi(strings.TrimPrefix(pttl, ":")); err != nil || n < 3000 {
+		t.Fatalf("the lease set's key expires with its renewed slot: PTTL %q %v", pttl, err)
+	}
+	s.Release(ctx, r.Lease)
+	if r3, err := s.Take(ctx, items); err != nil || !r3.Allowed {
+		t.Fatalf("released: %+v %v", r3, err)
 	}
 }

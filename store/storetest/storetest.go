@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore Factory, opts ...Option) {
 		{"SlidingWindow", testSlidingWindow},
 		{"FixedWindow", testFixedWindow},
 		{"Concurrency", testConcurrency},
+		{"RenewLease", testRenew},
 		{"Quota", testQuota},
 		{"PeekTakesNothing", testPeek},
 		{"InvalidItems", testInvalid},
@@ -335,6 +336,47 @@ func testConcurrency(t *testing.T, f Factory) {
 	c.Advance(30 * time.Second) // l2 expires (taken at 1 s); l3 (at 1 s) too
 	if r := take(t, s, it); !r.Allowed || r.Decisions[0].Remaining != 1 {
 		t.Fatalf("rule: a lease not released frees its slot at its TTL: %+v", r)
+	}
+}
+
+// A renewed lease keeps its slot past its TTL; an expired or released one
+// is not revived. (For stores that implement store.Renewer.)
+func testRenew(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	r, ok := s.(store.Renewer)
+	if !ok {
+		t.Skipf("%T does not implement store.Renewer", s)
+	}
+	ctx := context.Background()
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 10 * time.Second}
+	it := store.Item{Key: "calls", Spec: sp, Cost: 1}
+	l1, l2 := take(t, s, it), take(t, s, it)
+	if !l1.Allowed || !l2.Allowed {
+		t.Fatalf("two slots: %+v %+v", l1, l2)
+	}
+	c.Advance(8 * time.Second)
+	if err := r.Renew(ctx, l1.Lease, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(4 * time.Second) // l2 expired at 10 s; l1 lives to 18 s
+	if o := take(t, s, it); !o.Allowed || o.Decisions[0].Remaining != 0 {
+		t.Fatalf("rule: a renewed lease keeps its slot past its TTL, an unrenewed one expires: %+v", o)
+	}
+	if err := r.Renew(ctx, l2.Lease, 10*time.Second); err != nil {
+		t.Fatalf("renewing an expired lease is not an error: %v", err)
+	}
+	if o := take(t, s, store.Item{Key: "calls", Spec: sp}); o.Decisions[0].Remaining != 0 {
+		t.Fatalf("rule: an expired lease is not revived by Renew: %+v", o)
+	}
+	s.Release(ctx, l1.Lease)
+	if err := r.Renew(ctx, l1.Lease, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if o := take(t, s, store.Item{Key: "calls", Spec: sp}); o.Decisions[0].Remaining != 1 {
+		t.Fatalf("rule: a released lease is not revived by Renew: %+v", o)
+	}
+	if err := r.Renew(ctx, l1.Lease, 0); err == nil {
+		t.Fatal("rule: a ttl of 0 is an error")
 	}
 }
 
