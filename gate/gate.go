@@ -7,8 +7,46 @@
 // cap (calls admitted but not finished), a capped FIFO queue of callers
 // willing to wait, server retry hints that pause every caller, and bounded,
 // jittered retries. It has no background goroutines or tickers: all work
-// happens on the callers' goroutines, so a Gate needs no Close and can be
+// happens on the callers' goroutines (a shared gate adds one timer per
+// in-flight call, renewing its slot), so a Gate needs no Close and can be
 // created freely, including inside testing/synctest bubbles.
+//
+// # Shared gates
+//
+// With Config.Store set, the gate's budgets, in-flight slots and pauses
+// live in that store (store/redisstore for many processes), under keys
+// "gate:{NAME}:requests", "gate:{NAME}:d:DIMENSION" and
+// "gate:{NAME}:in_flight" (one Redis Cluster hash slot), so that every gate
+// of that Name on that store shares one budget: the workers of a fleet
+// calling one provider key. Then:
+//
+//   - an admission is one store decision that books the call in the
+//     store's line when it must wait (FIFO by arrival at the store, across
+//     processes, large costs never starved), then a local sleep; a caller
+//     whose turn would come after MaxWait, its context's deadline or
+//     MaxSharedWait is refused at once and books nothing;
+//   - a caller that gives up (its context ends) returns its booking
+//     exactly; Settle and SettleCharge correct the store's buckets;
+//   - in-flight slots are the store's leases: a slot is renewed every
+//     LeaseTTL/3 while its call runs and returns LeaseTTL after a worker
+//     that crashed holding it stopped renewing it. A caller waiting only
+//     for a slot tries again when this process frees one, else after a
+//     jittered pause of at most 50 ms (a slot freed elsewhere sends no
+//     signal). The slot is taken with the booking, so it is held while the
+//     caller sleeps until its turn;
+//   - Pause, PauseDimension and Lower act on the store, so a hint seen by
+//     one worker reaches all: a paused bucket restarts empty when the
+//     pause ends, and callers booked before the hint keep their turn
+//     (this process's own booked callers wait for the pause too);
+//   - MaxQueue bounds the callers of this process that wait, not of the
+//     fleet; Stats and Event report this process's counts, and as tokens
+//     the remaining after this process's last decision;
+//   - a store error refuses the call with that error (reason
+//     "store_error"); store/failover decides what an outage means.
+//
+// StartEmpty does not apply to a shared gate (its buckets start full in
+// the store), and MaxInFlight needs a store that can renew leases
+// (store.Renewer: every store of this module).
 package gate
 
 import (
@@ -24,6 +62,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Retry is the retry policy of Gate.Do. Errors that carry a server hint
@@ -87,6 +126,17 @@ type Config struct {
 	// refused, original or retry); it is the hook for metrics. It is called
 	// with no lock held and must be safe for concurrent use.
 	Observe func(Event)
+	// Store, when set, makes the gate shared: its budgets (Limit and
+	// Dimensions), in-flight slots and pauses live in that store under
+	// Name, so that every gate of that Name on that store, in any process
+	// on any host, shares one budget. See "Shared gates" in the package
+	// documentation. Nil: the gate lives in this process alone.
+	Store store.Store
+	// LeaseTTL is, for a shared gate with MaxInFlight, how long an
+	// in-flight slot outlives a worker that holds it and stops renewing it
+	// (a crash): a slot is renewed every LeaseTTL/3 while its call runs.
+	// 0 means DefaultLeaseTTL (30 s).
+	LeaseTTL time.Duration
 	// Rand, if set, draws the retry jitter (a seeded source makes retries
 	// reproducible); nil uses math/rand/v2's global source. It is used under
 	// the gate's lock.
@@ -148,6 +198,7 @@ type Gate struct {
 	limit bucket.Limit
 	dims  []*dim         // Config.Dimensions, in order
 	logs  *bucket.Bucket // bounds the log rate
+	sh    *shared        // Config.Store's state; nil: in process
 
 	// The fast path (nobody waiting, no pause, a free slot, tokens now)
 	// takes no lock: it reads queued and paused, takes a slot with a CAS on
@@ -168,6 +219,7 @@ type Gate struct {
 type counters struct {
 	admitted, admittedRetries, retries        atomic.Uint64
 	queueFull, waitTooLong, badCost, canceled atomic.Uint64
+	storeErrors                               atomic.Uint64
 }
 
 // errNotMade is the error of Do and Reserve on a zero Gate.
@@ -223,6 +275,11 @@ func New(cfg Config) (*Gate, error) {
 	if g.name == "" {
 		g.name = "gate"
 	}
+	if cfg.Store != nil {
+		if g.sh, err = newShared(cfg, g.name); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Logger != nil {
 		g.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
 	}
@@ -250,6 +307,9 @@ func (g *Gate) Pause(d time.Duration) {
 	if d <= 0 {
 		return
 	}
+	if g.sh != nil {
+		g.adjustShared(0, store.Adjustment{Pause: d})
+	}
 	g.mu.Lock()
 	until := g.now().Add(d)
 	if until.After(g.pausedUntil) {
@@ -276,6 +336,7 @@ type Ticket struct {
 	g        *Gate
 	res      *bucket.Reservation
 	dres     []*bucket.Reservation // per dimension, in Config order
+	sh       *sharedHold           // a shared gate's admission (then res and dres are nil)
 	mu       sync.Mutex
 	released bool
 }
@@ -296,11 +357,11 @@ func (g *Gate) Reserve(ctx context.Context, estimate int64, opts ...Option) (*Ti
 		g.reject(err, costReason(err), estimate, attempt, 0)
 		return nil, err
 	}
-	res, dres, err := g.acquire(ctx, estimate, attempt, true, ch)
+	h, err := g.acquire(ctx, estimate, attempt, true, ch)
 	if err != nil {
 		return nil, err
 	}
-	return &Ticket{g: g, res: res, dres: dres}, nil
+	return &Ticket{g: g, res: h.res, dres: h.dres, sh: h.sh}, nil
 }
 
 // SettleCharge settles the ticket's charge in dimension name with the
@@ -309,7 +370,13 @@ func (g *Gate) Reserve(ctx context.Context, estimate int64, opts ...Option) (*Ti
 // unknown name is an error matching sluice.ErrInvalidCost.
 func (t *Ticket) SettleCharge(name string, actual int64) error {
 	for i, d := range t.g.dims {
-		if d.name == name && i < len(t.dres) {
+		if d.name != name {
+			continue
+		}
+		if t.sh != nil {
+			return t.sh.settle(i+1, actual)
+		}
+		if i < len(t.dres) {
 			return t.dres[i].Settle(actual)
 		}
 	}
@@ -371,7 +438,12 @@ func costReason(err error) string {
 // bucket into debt, so later callers wait). It can be called once; a
 // negative actual returns an error matching sluice.ErrInvalidCost and
 // changes nothing.
-func (t *Ticket) Settle(actual int64) error { return t.res.Settle(actual) }
+func (t *Ticket) Settle(actual int64) error {
+	if t.sh != nil {
+		return t.sh.settle(0, actual)
+	}
+	return t.res.Settle(actual)
+}
 
 // Release frees the ticket's in-flight slot. It is idempotent. Tokens not
 // settled stay taken at the estimate.
@@ -381,7 +453,7 @@ func (t *Ticket) Release() {
 	t.released = true
 	t.mu.Unlock()
 	if !done {
-		t.g.release()
+		t.g.releaseHold(hold{sh: t.sh})
 	}
 }
 
@@ -454,13 +526,14 @@ func (g *Gate) Do(ctx context.Context, cost int64, fn func(context.Context) erro
 				return err
 			}
 		}
-		if _, _, err := g.acquire(ctx, cost, attempt, false, ch); err != nil {
+		h, err := g.acquire(ctx, cost, attempt, false, ch)
+		if err != nil {
 			if last != nil {
 				return joinErrors(err, last)
 			}
 			return err
 		}
-		err := g.run(ctx, fn)
+		err = g.run(ctx, fn, h)
 		if err == nil {
 			return nil
 		}
@@ -477,17 +550,34 @@ func (g *Gate) Do(ctx context.Context, cost int64, fn func(context.Context) erro
 
 // run calls fn holding the slot taken by acquire, releasing it however fn
 // ends.
-func (g *Gate) run(ctx context.Context, fn func(context.Context) error) error {
-	defer g.release()
+func (g *Gate) run(ctx context.Context, fn func(context.Context) error, h hold) error {
+	defer g.releaseHold(h)
 	return fn(ctx)
+}
+
+// hold is what an admission holds: its reservations in process (when
+// asked for), or a shared gate's admission.
+type hold struct {
+	res  *bucket.Reservation
+	dres []*bucket.Reservation
+	sh   *sharedHold
+}
+
+// releaseHold frees an admission's slot.
+func (g *Gate) releaseHold(h hold) {
+	if h.sh != nil {
+		h.sh.release()
+		return
+	}
+	g.release()
 }
 
 // acquire admits cost (and ch, the costs per dimension; nil: none): it
 // returns once the tokens and a slot are taken, with the reservations when
-// wantRes is set (else nil).
-func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool, ch []int64) (*bucket.Reservation, []*bucket.Reservation, error) {
+// wantRes is set (else nil; a shared gate's admission always).
+func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool, ch []int64) (hold, error) {
 	if g.b == nil {
-		return nil, nil, errNotMade
+		return hold{}, errNotMade
 	}
 	if err := bucket.CheckCost(cost, g.limit.Capacity); err != nil {
 		reason := "cost_exceeds_capacity"
@@ -495,29 +585,33 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 			reason = "invalid_cost"
 		}
 		g.reject(err, reason, cost, attempt, 0)
-		return nil, nil, err
+		return hold{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+		return hold{}, err
+	}
+	if g.sh != nil {
+		sh, err := g.acquireShared(ctx, cost, attempt, ch)
+		return hold{sh: sh}, err
 	}
 	if ch != nil {
 		if r, dres, ok := g.tryNowDims(cost, attempt, ch); ok {
-			return r, dres, nil
+			return hold{res: r, dres: dres}, nil
 		}
 	} else if r, ok := g.tryNow(cost, attempt, wantRes); ok {
-		return r, nil, nil
+		return hold{res: r}, nil
 	}
 	w, now, err := g.enqueue(ctx, cost, attempt, ch)
 	if err != nil {
-		return nil, nil, err
+		return hold{}, err
 	}
 	if err := g.wait(ctx, w, now); err != nil {
-		return nil, nil, err
+		return hold{}, err
 	}
 	if !wantRes {
-		return nil, nil, nil
+		return hold{}, nil
 	}
-	return w.res, w.dres, nil // rebooking may have replaced them
+	return hold{res: w.res, dres: w.dres}, nil // rebooking may have replaced them
 }
 
 // tryNowDims is tryNow for a call charging dimensions: every bucket must
@@ -581,6 +675,10 @@ func (g *Gate) Lower(dimension string, remaining int64) bool {
 	if b == nil {
 		return false
 	}
+	if g.sh != nil {
+		g.lowerShared(g.budgetIndex(dimension), remaining)
+		return true
+	}
 	for range 8 { // (another call may take tokens between the read and the take)
 		excess := int64(b.Tokens()) - max(remaining, 0)
 		if excess <= 0 {
@@ -603,9 +701,12 @@ func (g *Gate) PauseDimension(dimension string, d time.Duration) bool {
 		g.Pause(d)
 		return true
 	}
-	for _, x := range g.dims {
+	for i, x := range g.dims {
 		if x.name != dimension {
 			continue
+		}
+		if d > 0 && g.sh != nil {
+			g.adjustShared(i+1, store.Adjustment{Pause: d})
 		}
 		if d > 0 {
 			g.mu.Lock()
@@ -637,6 +738,17 @@ func (g *Gate) bucketOf(dimension string) *bucket.Bucket {
 		}
 	}
 	return nil
+}
+
+// budgetIndex is the index of a budget among the requests bucket (0) and
+// the dimensions (1...); the caller has checked that it exists.
+func (g *Gate) budgetIndex(dimension string) int {
+	for i, d := range g.dims {
+		if d.name == dimension {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // reserveAll takes cost and every dimension's charge now, or nothing.

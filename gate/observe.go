@@ -13,7 +13,7 @@ import (
 type Event struct {
 	Limiter         string        // Config.Name
 	Result          string        // "admitted" or "rejected"
-	Reason          string        // for rejections: "queue_full", "wait_too_long", "cost_exceeds_capacity", "invalid_cost", "canceled"
+	Reason          string        // for rejections: "queue_full", "wait_too_long", "cost_exceeds_capacity", "invalid_cost", "canceled", "store_error"
 	Retry           bool          // a retried attempt, not an original call
 	Attempt         int           // 1 for the original call
 	Cost            int64         // token_cost
@@ -42,7 +42,7 @@ func (g *Gate) dimStats() []DimensionStats {
 	}
 	out := make([]DimensionStats, len(g.dims))
 	for i, d := range g.dims {
-		out[i] = DimensionStats{Name: d.name, Capacity: d.limit.Capacity, RefillPerSecond: d.limit.Rate, Tokens: d.b.Tokens()}
+		out[i] = DimensionStats{Name: d.name, Capacity: d.limit.Capacity, RefillPerSecond: d.limit.Rate, Tokens: g.tokens(i + 1)}
 	}
 	return out
 }
@@ -57,9 +57,10 @@ type Stats struct {
 	RejectedWaitTooLong uint64
 	RejectedCost        uint64 // cost above capacity or negative
 	Canceled            uint64 // waiters whose context ended
+	RejectedStore       uint64 // a shared gate's store failed (Config.Store)
 	// Rejected is the same refusals keyed by Event.Reason ("queue_full",
 	// "wait_too_long", "cost_exceeds_capacity" with "invalid_cost",
-	// "canceled").
+	// "canceled", "store_error").
 	Rejected    map[string]uint64
 	Queued      int       // callers waiting now
 	InFlight    int       // calls admitted and not finished now
@@ -75,16 +76,16 @@ func (g *Gate) Stats() Stats {
 	s := Stats{
 		Admitted: c.admitted.Load(), AdmittedRetries: c.admittedRetries.Load(), Retries: c.retries.Load(),
 		RejectedQueueFull: c.queueFull.Load(), RejectedWaitTooLong: c.waitTooLong.Load(),
-		RejectedCost: c.badCost.Load(), Canceled: c.canceled.Load(),
+		RejectedCost: c.badCost.Load(), Canceled: c.canceled.Load(), RejectedStore: c.storeErrors.Load(),
 		Queued: int(g.queued.Load()), InFlight: int(g.inFlight.Load()),
 	}
 	if g.b != nil {
-		s.Tokens = g.b.Tokens()
+		s.Tokens = g.tokens(0)
 	}
 	s.Dimensions = g.dimStats()
 	s.Rejected = map[string]uint64{
 		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,
-		"cost_exceeds_capacity": s.RejectedCost, "canceled": s.Canceled,
+		"cost_exceeds_capacity": s.RejectedCost, "canceled": s.Canceled, "store_error": s.RejectedStore,
 	}
 	g.mu.Lock()
 	if g.pausedUntil.After(g.now()) {
@@ -105,7 +106,7 @@ func (g *Gate) observe(result, reason string, cost int64, attempt int, waited ti
 	g.cfg.Observe(Event{
 		Limiter: g.name, Result: result, Reason: reason, Retry: attempt > 1, Attempt: attempt,
 		Cost: cost, Waited: waited, Capacity: g.limit.Capacity, RefillPerSecond: g.limit.Rate,
-		TokensRemaining: g.b.Tokens(), Dimensions: g.dimStats(),
+		TokensRemaining: g.tokens(0), Dimensions: g.dimStats(),
 	})
 }
 
@@ -118,6 +119,8 @@ func (g *Gate) reject(err error, reason string, cost int64, attempt int, waited 
 		g.counters.waitTooLong.Add(1)
 	case "canceled":
 		g.counters.canceled.Add(1)
+	case "store_error":
+		g.counters.storeErrors.Add(1)
 	default:
 		g.counters.badCost.Add(1)
 	}
@@ -129,9 +132,33 @@ func (g *Gate) reject(err error, reason string, cost int64, attempt int, waited 
 	g.logLocked(slog.LevelInfo, "rate limit: call refused",
 		slog.String("result", "rejected"), slog.String("reason", reason),
 		slog.Int64("bucket_capacity", g.limit.Capacity), slog.Float64("refill_per_second", g.limit.Rate),
-		slog.Int64("token_cost", cost), slog.Float64("tokens_remaining", g.b.Tokens()),
+		slog.Int64("token_cost", cost), slog.Float64("tokens_remaining", g.tokens(0)),
 		slog.Bool("retry", attempt > 1), slog.Int("attempt", attempt), slog.Int64("waited_ms", ceilMS(waited)),
 		slog.String("error", err.Error()))
+	g.mu.Unlock()
+}
+
+// tokens is budget i's tokens (0: Limit, then the dimensions): in process
+// the bucket's now; in a shared gate the Remaining after this process's
+// last decision.
+func (g *Gate) tokens(i int) float64 {
+	if g.sh != nil {
+		return float64(g.sh.last[i].Load())
+	}
+	if i == 0 {
+		return g.b.Tokens()
+	}
+	return g.dims[i-1].b.Tokens()
+}
+
+// logWarn logs a failure the caller cannot return (a shared gate's store
+// writes that follow an admission).
+func (g *Gate) logWarn(msg string, err error) {
+	if g.cfg.Logger == nil {
+		return
+	}
+	g.mu.Lock()
+	g.logLocked(slog.LevelWarn, msg, slog.String("error", err.Error()))
 	g.mu.Unlock()
 }
 
