@@ -85,7 +85,7 @@ func TestSharedFIFO(t *testing.T) {
 			})
 			synctest.Wait() // booked before the next one arrives
 		}
-		call(a, "a-big", 10) // due at 1 s
+		call(a, "a-big", 10)  // due at 1 s
 		call(b, "b-small", 1) // due at 1.1 s: behind the big one
 		call(a, "a-small", 1) // 1.2 s
 		wg.Wait()
