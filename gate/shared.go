@@ -44,6 +44,7 @@ type shared struct {
 	waiting atomic.Int64   // callers of this process waiting (MaxQueue)
 	freed   chan struct{}  // a slot of this process was released: wakes one waiter
 	last    []atomic.Int64 // each budget's Remaining after this process's last decision
+	lastAt  atomic.Int64   // that decision's time (Unix ns)
 }
 
 // newShared checks cfg for a shared gate and compiles its specs. The keys
@@ -205,6 +206,7 @@ func (sh *shared) note(items []store.Item, at []int) {
 	for j, i := range at {
 		sh.last[i].Store(items[j].Decision.Remaining)
 	}
+	sh.lastAt.Store(time.Now().UnixNano())
 }
 
 // refusal says why a Take was refused: "slot" when only the in-flight cap
@@ -423,9 +425,20 @@ func (g *Gate) adjustShared(i int, a store.Adjustment) {
 }
 
 // lowerShared lowers budget i in the store to at most remaining: a peek
-// reads what it holds, the excess is charged.
+// reads what it holds, the excess is charged. It skips the store when
+// remaining cannot be lower than what the store holds: not below what this
+// process's last decision left plus the refill since (other workers only
+// take from it, but for their refunds), or the capacity.
 func (g *Gate) lowerShared(i int, remaining int64) {
 	sh := g.sh
+	l := g.limit
+	if i > 0 {
+		l = g.dims[i-1].limit
+	}
+	since := float64(time.Now().UnixNano()-sh.lastAt.Load()) / 1e9
+	if bound := float64(sh.last[i].Load()) + l.Rate*since; float64(remaining) >= min(bound, float64(l.Capacity)) {
+		return
+	}
 	it := []store.Item{{Key: sh.keys[i], Spec: sh.specs[i]}}
 	if _, err := sh.st.Take(context.Background(), it); err != nil {
 		g.logWarn("gate: reading a budget from the store failed ("+g.budgetName(i)+")", err)
