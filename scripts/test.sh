@@ -102,6 +102,11 @@ fi
 step "benchmarks compile and run once (bench/)"
 (cd bench && GOWORK=off go test -count=1 -run '^$' -bench . -benchtime 1x ./... >/dev/null)
 
+# Issue 15's proof, short: worker processes sharing one provider budget
+# through a real Redis (BENCHMARKS.md "One provider budget" has the 20 s run).
+step "shared provider budget across worker processes (bench/llmproof)"
+(cd bench && GOWORK=off go test -count=1 -run TestProof ./llmproof/)
+
 # Last, so that the run closes on go test's own summary lines.
 step "go test -race"
 go test -race -count=1 "${pkgs[@]}"
