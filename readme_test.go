@@ -39,6 +39,7 @@ var readmeImports = map[string]string{
 	"policy":     "github.com/sluicehq/sluice/policy",
 	"store":      "github.com/sluicehq/sluice/store",
 	"memstore":   "github.com/sluicehq/sluice/store/memstore",
+	"redisstore": "github.com/sluicehq/sluice/store/redisstore",
 }
 
 // readmePrelude wraps one fragment: its imports (%s), the fragment's first

@@ -132,11 +132,13 @@ func splitOutsideQuotes(s string, sep byte) []string {
 	return append(out, s[start:])
 }
 
-// RetryHint returns how long h asks the client to wait: Retry-After when
-// present and valid, else the reset time `t` of the most constraining
-// exhausted policy (`r=0`) in the RateLimit field, else the older
-// RateLimit-Remaining: 0 with RateLimit-Reset (delta seconds). Malformed
-// values are ignored; the result is never negative and never above maxHint.
+// RetryHint returns how long h asks the client to wait: the longest of
+// Retry-After (delta-seconds or HTTP-date), retry-after-ms (OpenAI's, in
+// milliseconds), the reset time `t` of the most constraining exhausted
+// policy (`r=0`) in the RateLimit field, and the older
+// RateLimit-Remaining: 0 with RateLimit-Reset (delta seconds), among those
+// present and valid. Malformed values are ignored; the result is never
+// negative and never above maxHint.
 func RetryHint(h http.Header, now time.Time, maxHint time.Duration) (time.Duration, bool) {
 	d, ok := hint(h, now)
 	if !ok {
@@ -146,13 +148,17 @@ func RetryHint(h http.Header, now time.Time, maxHint time.Duration) (time.Durati
 }
 
 func hint(h http.Header, now time.Time) (time.Duration, bool) {
-	if v := h.Get("Retry-After"); v != "" {
-		if d, ok := ParseRetryAfter(v, now); ok {
-			return d, true
-		}
-	}
 	var best time.Duration
 	found := false
+	take := func(d time.Duration) { best, found = max(best, d), true }
+	if v := h.Get("Retry-After"); v != "" {
+		if d, ok := ParseRetryAfter(v, now); ok {
+			take(d)
+		}
+	}
+	if d, ok := retryAfterMS(h.Get("Retry-After-Ms")); ok {
+		take(d)
+	}
 	for _, v := range h.Values("RateLimit") {
 		items, ok := ParseRateLimitField(v)
 		if !ok {
@@ -162,19 +168,33 @@ func hint(h http.Header, now time.Time) (time.Duration, bool) {
 			r, rok := nonNegInt(it.Params["r"])
 			t, tok := nonNegInt(it.Params["t"])
 			if rok && tok && r == 0 {
-				best, found = max(best, secs(t)), true
+				take(secs(t))
 			}
 		}
 	}
-	if found {
-		return best, true
-	}
 	if r, ok := nonNegInt(h.Get("RateLimit-Remaining")); ok && r == 0 {
 		if t, ok := nonNegInt(h.Get("RateLimit-Reset")); ok {
-			return secs(t), true
+			take(secs(t))
 		}
 	}
-	return 0, false
+	return best, found
+}
+
+// retryAfterMS parses retry-after-ms (non-negative milliseconds, a
+// fraction allowed), capped at MaxProviderReset.
+func retryAfterMS(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	ms, err := strconv.ParseFloat(v, 64)
+	if err != nil || ms < 0 || ms != ms {
+		return 0, false
+	}
+	if ms >= float64(MaxProviderReset/time.Millisecond) {
+		return MaxProviderReset, true
+	}
+	return time.Duration(ms * float64(time.Millisecond)), true
 }
 
 func nonNegInt(s string) (uint64, bool) {

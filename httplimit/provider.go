@@ -6,7 +6,6 @@ package httplimit
 import (
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -102,14 +101,8 @@ func ParseProviderLimitsAt(h http.Header, now time.Time) []ProviderLimit {
 		}
 		out = appendLimit(out, l, h.Get(f.prefix+"Reset") != "")
 	}
-	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && ms == ms {
-			d := MaxProviderReset
-			if ms < float64(MaxProviderReset/time.Millisecond) {
-				d = time.Duration(ms * float64(time.Millisecond))
-			}
-			out = append(out, ProviderLimit{Source: "retry-after-ms", Limit: -1, Remaining: 0, Reset: d})
-		}
+	if d, ok := retryAfterMS(h.Get("Retry-After-Ms")); ok {
+		out = append(out, ProviderLimit{Source: "retry-after-ms", Limit: -1, Remaining: 0, Reset: d})
 	}
 	if d, ok := ParseRetryAfter(h.Get("Retry-After"), now); ok {
 		out = append(out, ProviderLimit{Source: "retry-after", Limit: -1, Remaining: 0, Reset: capReset(d)})

@@ -74,9 +74,10 @@ func WithTokenUsage(f func(*http.Response) (int64, bool)) TransportOption {
 // (tokens, in-flight slot, queue; see gate.Gate.Do) and then base (nil
 // means http.DefaultTransport).
 //
-// A 429 or 503 answer becomes a server hint: Retry-After (delta-seconds or
-// HTTP-date), else the RateLimit field's reset time for an exhausted policy
-// (`RateLimit: "default";r=0;t=30`), else RateLimit-Remaining: 0 with
+// A 429 or 503 answer becomes a server hint, the longest of those it
+// carries (RetryHint): Retry-After (delta-seconds or HTTP-date),
+// retry-after-ms, the RateLimit field's reset time for an exhausted policy
+// (`RateLimit: "default";r=0;t=30`), RateLimit-Remaining: 0 with
 // RateLimit-Reset; malformed values are ignored and hints are capped (see
 // WithMaxRetryAfter). The hint pauses the whole gate. Idempotent requests
 // (GET, HEAD, OPTIONS, PUT, DELETE, TRACE, or any request with an

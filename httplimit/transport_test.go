@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // script is a real HTTP server (on loopback, outside any synctest bubble)
@@ -508,5 +509,66 @@ func TestTransportTokenEstimateRetriesWithBackoff(t *testing.T) {
 	resp.Body.Close()
 	if el := time.Since(start); el < 200*time.Millisecond || g.Stats().Retries != 1 || g.Stats().AdmittedRetries != 1 {
 		t.Fatalf("the retry after %v, stats %+v: want the 200 ms backoff and one retry counted", el, g.Stats())
+	}
+}
+
+// With a shared gate, what one worker's transport learns from the
+// provider reaches every worker: a lowered budget, a paused dimension and
+// a 429's hint, all through the store.
+func TestTransportSharedGate(t *testing.T) {
+	s := newScript(t,
+		reply{200, map[string]string{"x-ratelimit-remaining-tokens": "100"}},
+		reply{200, map[string]string{"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1m0s"}},
+		reply{429, map[string]string{"retry-after-ms": "700"}},
+	)
+	st := memstore.New()
+	defer st.Close()
+	cfg := gate.Config{Name: "provider", Store: st, Limit: bucket.PerMinute(500), MaxQueue: 10, MaxWait: 5 * time.Second,
+		Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.PerMinute(30000)}}}
+	c1, _ := client(t, cfg)
+	_, other := client(t, cfg)
+	nop := func(context.Context) error { return nil }
+	get(t, c1, s.srv.URL)
+	if err := other.Do(context.Background(), 1, nop, gate.Charge("tokens", 1000)); err != nil {
+		t.Fatal(err)
+	}
+	// 100 tokens left, and 500 a second: 1000 took about 1.8 s of refill.
+	if st := other.Stats(); st.Dimensions[0].Tokens > 0 {
+		t.Fatalf("rule: a shared budget lowered by one worker's answer is lowered for all: %+v", st)
+	}
+	get(t, c1, s.srv.URL) // no tokens left for a minute
+	if err := other.Do(context.Background(), 1, nop, gate.Charge("tokens", 1)); !errors.Is(err, sluice.ErrWaitTooLong) {
+		t.Fatalf("rule: a dimension paused by one worker's answer is paused for all (beyond MaxWait): %v", err)
+	}
+	start := time.Now()
+	get(t, c1, s.srv.URL) // 429, retry-after-ms 700: the whole gate pauses
+	if err := other.Do(context.Background(), 1, nop); err != nil || time.Since(start) < 600*time.Millisecond {
+		t.Fatalf("rule: a 429's hint seen by one worker pauses every worker: %v after %v", err, time.Since(start))
+	}
+}
+
+// RetryHint takes the longest of the hints an answer carries.
+func TestRetryHintLongest(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		h    map[string]string
+		want time.Duration
+	}{
+		{map[string]string{"retry-after-ms": "700"}, 700 * time.Millisecond},
+		{map[string]string{"Retry-After": "1", "retry-after-ms": "2500"}, 2500 * time.Millisecond},
+		{map[string]string{"Retry-After": "2", "retry-after-ms": "1200"}, 2 * time.Second},
+		{map[string]string{"Retry-After": "2", "RateLimit": `"a";r=0;t=5`}, 5 * time.Second},
+		{map[string]string{"retry-after-ms": "bogus", "RateLimit-Remaining": "0", "RateLimit-Reset": "3"}, 3 * time.Second},
+	} {
+		h := http.Header{}
+		for k, v := range c.h {
+			h.Set(k, v)
+		}
+		if d, ok := httplimit.RetryHint(h, now, time.Hour); !ok || d != c.want {
+			t.Errorf("%v: %v %v, want %v", c.h, d, ok, c.want)
+		}
+	}
+	if _, ok := httplimit.RetryHint(http.Header{"Retry-After-Ms": {"-1"}}, now, time.Hour); ok {
+		t.Error("a negative retry-after-ms is no hint")
 	}
 }

@@ -373,7 +373,7 @@ func workerMain(args []string, out io.Writer) error {
 						if os.Getenv("LLMPROOF_DEBUG") != "" {
 							fmt.Fprintln(os.Stderr, err)
 						}
-						time.Sleep(time.Millisecond) // (a refusal is immediate: do not spin)
+						time.Sleep(100 * time.Millisecond) // (a refusal is immediate: back off as a real worker would)
 					}
 					continue
 				}
