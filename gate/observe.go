@@ -82,6 +82,9 @@ func (g *Gate) Stats() Stats {
 	if g.b != nil {
 		s.Tokens = g.tokens(0)
 	}
+	if g.sh != nil {
+		s.Queued += int(g.sh.waiting.Load())
+	}
 	s.Dimensions = g.dimStats()
 	s.Rejected = map[string]uint64{
 		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,

@@ -225,6 +225,9 @@ func TestSharedMaxQueuePerProcess(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() { a.Do(ctx, 1, nop) })
 		synctest.Wait()
+		if q := a.Stats().Queued; q != 1 {
+			t.Fatalf("Stats.Queued counts this process's waiter: %d", q)
+		}
 		if err := a.Do(ctx, 1, nop); !errors.Is(err, sluice.ErrQueueFull) {
 			t.Fatalf("rule: MaxQueue 1 refuses this process's second waiter: %v", err)
 		}
