@@ -104,6 +104,9 @@ type Row struct {
 	Allowed   float64 // tokens the provider would have allowed (capacity + refill over the row)
 	Seconds   float64 // first request to last
 	Refused   int64   // calls the workers' gates refused (never sent), but for turns past the row's end
+	// RedisCalls counts the calls Redis received for the row's decisions,
+	// settlements and releases (FCALL, EVALSHA, EVAL, ZREM).
+	RedisCalls int64
 }
 
 // Share is the tokens admitted over the provider's allowance.
@@ -139,6 +142,9 @@ func runRow(cfg Config, exe, redisAddr, name, prefix string) (Row, error) {
 	share := map[string]float64{"shared": cfg.Share, "full": 1, "quarter": 0.25}[name]
 	if share == 0 {
 		return Row{}, fmt.Errorf("unknown row %q (shared, full, quarter)", name)
+	}
+	if _, err := redistest.Do(redisAddr, "CONFIG", "RESETSTAT"); err != nil {
+		return Row{}, err
 	}
 	p := newProvider(cfg.RPM, cfg.TPM)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -185,6 +191,14 @@ func runRow(cfg Config, exe, redisAddr, name, prefix string) (Row, error) {
 	}
 	r := p.row()
 	r.Name, r.Refused = name, refused.Load()
+	calls, err := redistest.CommandCalls(redisAddr)
+	if err != nil {
+		return Row{}, err
+	}
+	// Client calls: the decision scripts (Take, Adjust: one call may carry
+	// a batch) and lease releases; commands run inside scripts, which
+	// commandstats counts too, are left out.
+	r.RedisCalls = calls["fcall"] + calls["evalsha"] + calls["eval"] + calls["zrem"]
 	return r, nil
 }
 
@@ -193,14 +207,18 @@ func Table(cfg Config, rows []Row) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "provider: %d requests/min, %d tokens/min (buckets of one minute's worth); %d workers x %d concurrent calls, %.0f s per row\n",
 		cfg.RPM, cfg.TPM, cfg.Workers, cfg.Concurrency, cfg.Seconds)
-	fmt.Fprintf(&b, "%-42s %8s %8s %12s %12s %9s %8s\n", "row", "200s", "429s", "tokens", "allowed", "share", "refused")
+	fmt.Fprintf(&b, "%-42s %8s %8s %12s %12s %9s %8s %14s\n", "row", "200s", "429s", "tokens", "allowed", "share", "refused", "redis calls/200")
 	label := map[string]string{
 		"shared":  fmt.Sprintf("one gate shared through Redis at %.0f%%", cfg.Share*100),
 		"full":    "a gate per worker at the full limits",
 		"quarter": "a gate per worker at 1/4, one worker idle",
 	}
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-42s %8d %8d %12d %12.0f %8.1f%% %8d\n", label[r.Name], r.OK, r.Limit, r.Tokens, r.Allowed, r.Share()*100, r.Refused)
+		perOK := "-"
+		if r.RedisCalls > 0 && r.OK > 0 {
+			perOK = fmt.Sprintf("%.2f", float64(r.RedisCalls)/float64(r.OK))
+		}
+		fmt.Fprintf(&b, "%-42s %8d %8d %12d %12.0f %8.1f%% %8d %14s\n", label[r.Name], r.OK, r.Limit, r.Tokens, r.Allowed, r.Share()*100, r.Refused, perOK)
 	}
 	return b.String()
 }

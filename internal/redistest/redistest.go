@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -279,24 +280,69 @@ func StartCluster(n int) (*Cluster, error) {
 }
 
 // info returns CLUSTER INFO (a bulk reply).
-func info(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte("*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 4096)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
-}
+func info(addr string) (string, error) { return Bulk(addr, "CLUSTER", "INFO") }
 
 // Stop stops every node.
 func (c *Cluster) Stop() {
 	for _, s := range c.Nodes {
 		s.Stop()
 	}
+}
+
+// Bulk sends one command whose reply is a bulk string (INFO, CLUSTER
+// INFO) and returns that string.
+func Bulk(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	head = strings.TrimRight(head, "\r\n")
+	if !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("redistest: %s answered %q, not a bulk string", args[0], head)
+	}
+	size, err := strconv.Atoi(head[1:])
+	if err != nil || size < 0 {
+		return "", fmt.Errorf("redistest: %s answered %q", args[0], head)
+	}
+	buf := make([]byte, size+2)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return "", err
+	}
+	return string(buf[:size]), nil
+}
+
+// CommandCalls returns the calls of each command since the server started
+// or CONFIG RESETSTAT (INFO commandstats), by lower-case command name.
+func CommandCalls(addr string) (map[string]int64, error) {
+	s, err := Bulk(addr, "INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for line := range strings.SplitSeq(s, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		if n, err := strconv.ParseInt(calls, 10, 64); err == nil {
+			out[name] = n
+		}
+	}
+	return out, nil
 }

@@ -14,7 +14,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -148,32 +147,11 @@ func post(c *http.Client, addr, key string, maxWaitMS int) bool {
 
 // scriptCalls is Redis's count of FCALL and of EVALSHA + EVAL calls so far.
 func scriptCalls(addr string) (fcall, eval int64) {
-	conn, err := net.Dial("tcp", addr)
+	calls, err := redistest.CommandCalls(addr)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
-	r := bufio.NewReader(conn)
-	head, _ := r.ReadString('\n')
-	size, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
-	buf := make([]byte, size+2)
-	io.ReadFull(r, buf)
-	for _, line := range bytes.Split(buf, []byte("\r\n")) {
-		s := string(line)
-		for _, c := range []string{"cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"} {
-			if strings.HasPrefix(s, c) {
-				f := strings.SplitN(strings.SplitN(s[len(c):], ",", 2)[0], "=", 2)
-				v, _ := strconv.ParseInt(f[1], 10, 64)
-				if c == "cmdstat_fcall:" {
-					fcall += v
-				} else {
-					eval += v
-				}
-			}
-		}
-	}
-	return fcall, eval
+	return calls["fcall"], calls["evalsha"] + calls["eval"]
 }
 
 // serverLateness reads sluice_wait_lateness_seconds from the server's
