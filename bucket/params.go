@@ -337,6 +337,17 @@ func (p *Params) Pause(tat int64, t Instant, d time.Duration) int64 {
 	return max(tat, p.Units(Instant{Elapsed: e, Phase: t.Phase})+p.capUnits)
 }
 
+// Lower is the state of a bucket told at t that it holds at most n tokens
+// (a provider's own count, lower than the bucket's): exactly n tokens at t
+// when it held more, tat itself when it held n or fewer (never raised).
+// n < 0 counts as 0; n at or above the capacity changes nothing.
+func (p *Params) Lower(tat int64, t Instant, n int64) int64 {
+	if n >= p.capUnits/p.unit {
+		return tat
+	}
+	return max(tat, p.Units(t)+p.capUnits-max(n, 0)*p.unit)
+}
+
 // Charge takes n tokens at t whatever the state holds, letting it go into
 // debt (a cost found to be larger than reserved) of at most one capacity:
 // the state is capped at 2*CapacityUnits (the bucket holds no fewer than

@@ -249,6 +249,22 @@ func (s *Spec) Pause(st State, exists bool, now Now, d time.Duration) (out State
 	return bucketState(tat, origin, phase), dec, true
 }
 
+// Lower applies a ceiling of n tokens (see Adjustment.Lower) to a key's
+// state at now; ok is false for kinds that are not lowered (all but
+// TokenBucket). dec is the state's peek after it.
+func (s *Spec) Lower(st State, exists bool, now Now, n int64) (out State, dec sluice.Decision, ok bool) {
+	if s.Kind != TokenBucket {
+		return st, sluice.Decision{}, false
+	}
+	p := &s.Bucket
+	t, o, ph := st.tat()
+	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
+	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
+	tat = p.Lower(tat, at, n)
+	_, dec = p.Step(tat, at, 0)
+	return bucketState(tat, origin, phase), dec, true
+}
+
 // Scaled returns a copy of s with its budget divided among n instances
 // (each at least 1): what store/failover's local mode decides with.
 func (s *Spec) Scaled(n int64) *Spec {

@@ -98,6 +98,37 @@ type Adjustment struct {
 	// debt reaching to then (bucket.Params.Pause), unless it is already in
 	// debt longer; other kinds are not paused.
 	Pause time.Duration
+	// Lower, when set (and Pause is not), is a ceiling instead of a
+	// correction: a token bucket is left holding at most Delta tokens now
+	// (bucket.Params.Lower: exactly Delta when it held more, unchanged
+	// otherwise; a negative Delta counts as 0), in one atomic step, also on
+	// a key that does not exist (a new, full state); other kinds are not
+	// lowered. A provider's own count of what is left, for example.
+	Lower bool
+}
+
+// Op says what an adjustment does, for stores: 'p' a pause, 'l' a
+// ceiling (Lower), '+' a charge, '-' a return, 0 nothing to apply (no
+// key or spec, a slot kind, a zero Delta, or a pause or ceiling on a kind
+// other than TokenBucket).
+func (a *Adjustment) Op() byte {
+	switch {
+	case a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots():
+		return 0
+	case a.Pause > 0 || a.Lower:
+		if a.Spec.Kind != TokenBucket {
+			return 0
+		}
+		if a.Pause > 0 {
+			return 'p'
+		}
+		return 'l'
+	case a.Delta > 0:
+		return '+'
+	case a.Delta < 0:
+		return '-'
+	}
+	return 0
 }
 
 // Result is the outcome of Take.

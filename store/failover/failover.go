@@ -305,6 +305,9 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		for _, a := range adj {
 			if a.Spec != nil && s.mode(a.Spec) == Local {
 				a.Spec = s.scale(a.Spec)
+				if a.Op() == 'l' {
+					a.Delta /= int64(s.cfg.Instances) // this instance's share of what is left
+				}
 				local = append(local, a)
 			}
 		}

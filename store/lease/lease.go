@@ -503,15 +503,15 @@ func (s *Store) sweep(all bool) {
 
 // Adjust implements store.Store (on the shared store).
 //
-// A pause (Adjustment.Pause) also drops the tokens leased locally for its
-// key (they were taken from the shared bucket, whose pause counts them as
-// spent), so that the next request asks the shared store, which refuses
-// it until the pause ends. (Other instances drop theirs when their leases
+// A pause (Adjustment.Pause) or a ceiling (Adjustment.Lower) also drops
+// the tokens leased locally for its key (they were taken from the shared
+// bucket, whose pause or ceiling counts them as spent), so that the next
+// request asks the shared store, which refuses it until the pause ends. (Other instances drop theirs when their leases
 // expire, within the lease TTL; a fetch in flight when the pause arrives
 // may still bring tokens taken before it.)
 func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	for _, a := range adj {
-		if a.Pause <= 0 {
+		if op := a.Op(); op != 'p' && op != 'l' {
 			continue
 		}
 		sh := &s.shards[shardOf(a.Key)]

@@ -21,11 +21,9 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	wall = s.wall(wall, d)
 	var err error
 	for _, a := range adj {
-		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || (a.Delta == 0 && a.Pause <= 0) || (a.Pause > 0 && a.Spec.Kind != store.TokenBucket) {
-			continue
-		}
-		if a.Pause <= 0 && a.Delta < 0 && wall >= a.RefundBefore {
-			continue // refilled or a new window: returning it would create credit
+		op := a.Op()
+		if op == 0 || op == '-' && wall >= a.RefundBefore {
+			continue // nothing to do; or refilled, a new window: returning it would create credit
 		}
 		h := s.hash(a.Key)
 		shd := &s.shards[shardOf(h)]
@@ -50,7 +48,7 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64)
 	e := shd.m.get(h, a.Key)
 	exists := e != nil
 	if !exists {
-		if a.Delta < 0 && a.Pause <= 0 {
+		if a.Op() == '-' {
 			return true // nothing to return to
 		}
 		// The key was evicted (its state was new again): the charge
@@ -77,9 +75,12 @@ func adjustEntry(a store.Adjustment, e *entry, exists bool, d, wall int64) {
 	var st store.State
 	var dec sluice.Decision
 	var ok bool
-	if a.Pause > 0 {
+	switch a.Op() {
+	case 'p':
 		st, dec, ok = a.Spec.Pause(e.st, exists, now, a.Pause)
-	} else {
+	case 'l':
+		st, dec, ok = a.Spec.Lower(e.st, exists, now, a.Delta)
+	default:
 		st, dec, ok = a.Spec.Adjust(e.st, exists, now, a.Delta)
 	}
 	if !ok {

@@ -1,7 +1,7 @@
 -- sluice adjust: corrections to items taken earlier (reserve, then
 -- settle). ARGV: [1] now (hex) or '', [2] expire flag, then 7 fields per
 -- key: kind, sign ('-' returns, '+' charges, 'p' pauses a token bucket
--- for delta ns), delta (hex), refund-before
+-- for delta ns, 'l' lowers one to at most delta tokens), delta (hex), refund-before
 -- (hex), and the kind's 7 parameter fields (as take's).
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
@@ -27,6 +27,14 @@ for i = 1, #KEYS do
         end
         local target = add((units(P, false, pe, phase)), P.C)
         if cmp(target, tat) > 0 then tat = target end
+      elseif sign == 'l' then
+        -- bucket.Params.Lower: at most delta tokens now, never raised.
+        local top = add((units(P, eneg, e, phase)), P.C)
+        local want = mul(delta, P.U)
+        if cmp(want, P.C) < 0 and cmp(top, want) > 0 then
+          local target = sub(top, want)
+          if cmp(target, tat) > 0 then tat = target end
+        end
       elseif sign == '-' then
         local back = mul(delta, P.U)
         if cmp(tat, back) <= 0 then tat = ZERO else tat = sub(tat, back) end

@@ -268,7 +268,8 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	var order []uint16
 	now := s.now()
 	for _, a := range adj {
-		if a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots() || (a.Delta == 0 && a.Pause <= 0) || (a.Pause > 0 && a.Spec.Kind != store.TokenBucket) {
+		op := a.Op()
+		if op == 0 {
 			continue
 		}
 		key := s.Key(a.Spec.Kind, a.Key)
@@ -282,12 +283,14 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 			bySlot[sl] = e
 			order = append(order, sl)
 		}
-		sign, d := "+", a.Delta
-		switch {
-		case a.Pause > 0:
-			sign, d = "p", int64(a.Pause)
-		case d < 0:
-			sign, d = "-", -d
+		sign, d := string(op), a.Delta
+		switch op {
+		case 'p':
+			d = int64(a.Pause)
+		case 'l':
+			d = max(d, 0)
+		case '-':
+			d = -d
 		}
 		e.Keys = append(e.Keys, key)
 		e.Args = append(e.Args, string(kindLetter[a.Spec.Kind]), sign, hex64(d), hex64(max(a.RefundBefore, 0)))

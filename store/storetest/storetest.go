@@ -60,6 +60,7 @@ func Run(t *testing.T, newStore Factory, opts ...Option) {
 		{"BookAllOrNothing", testBookAllOrNothing},
 		{"BookCancel", testBookCancel},
 		{"Pause", testPause},
+		{"Lower", testLower},
 		{"ChargesSaturate", testChargesSaturate},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -348,8 +349,12 @@ func testRenew(t *testing.T, f Factory) {
 		t.Skipf("%T does not implement store.Renewer", s)
 	}
 	ctx := context.Background()
-	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 10 * time.Second}
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, LeaseTTL: 10 * time.Second}
 	it := store.Item{Key: "calls", Spec: sp, Cost: 1}
+	live := func() int64 {
+		t.Helper()
+		return sp.MaxInFlight - take(t, s, store.Item{Key: "calls", Spec: sp}).Decisions[0].Remaining
+	}
 	l1, l2 := take(t, s, it), take(t, s, it)
 	if !l1.Allowed || !l2.Allowed {
 		t.Fatalf("two slots: %+v %+v", l1, l2)
@@ -358,22 +363,19 @@ func testRenew(t *testing.T, f Factory) {
 	if err := r.Renew(ctx, l1.Lease, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	c.Advance(4 * time.Second) // l2 expired at 10 s; l1 lives to 18 s
-	if o := take(t, s, it); !o.Allowed || o.Decisions[0].Remaining != 0 {
-		t.Fatalf("rule: a renewed lease keeps its slot past its TTL, an unrenewed one expires: %+v", o)
-	}
+	c.Advance(4 * time.Second) // l2 expired at 10 s (and nothing pruned it yet); l1 lives to 18 s
 	if err := r.Renew(ctx, l2.Lease, 10*time.Second); err != nil {
 		t.Fatalf("renewing an expired lease is not an error: %v", err)
 	}
-	if o := take(t, s, store.Item{Key: "calls", Spec: sp}); o.Decisions[0].Remaining != 0 {
-		t.Fatalf("rule: an expired lease is not revived by Renew: %+v", o)
+	if n := live(); n != 1 {
+		t.Fatalf("rule: a renewed lease keeps its slot past its TTL, and an expired one is not revived by Renew: %d slots live, want 1", n)
 	}
 	s.Release(ctx, l1.Lease)
 	if err := r.Renew(ctx, l1.Lease, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if o := take(t, s, store.Item{Key: "calls", Spec: sp}); o.Decisions[0].Remaining != 1 {
-		t.Fatalf("rule: a released lease is not revived by Renew: %+v", o)
+	if n := live(); n != 0 {
+		t.Fatalf("rule: a released lease is not revived by Renew: %d slots live", n)
 	}
 	if err := r.Renew(ctx, l1.Lease, 0); err == nil {
 		t.Fatal("rule: a ttl of 0 is an error")
@@ -700,6 +702,52 @@ func testPause(t *testing.T, f Factory) {
 // Charges however large (a settle's excess) saturate: a window or a quota
 // charged past the int64 range twice stays exhausted, never wrapping
 // around to empty.
+// A ceiling (Adjustment.Lower) leaves a token bucket at most that many
+// tokens, exactly, in one step; never raises one; applies to a new key;
+// leaves other kinds alone.
+func testLower(t *testing.T, f Factory) {
+	s, c := open(t, f)
+	sp := spec(t, 10, 10)
+	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 5, Window: time.Minute}}
+	ctx := context.Background()
+	lower := func(n int64, keys ...store.Adjustment) {
+		t.Helper()
+		for i := range keys {
+			keys[i].Lower, keys[i].Delta = true, n
+		}
+		if err := s.Adjust(ctx, keys); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peek := func(key string, sp *store.Spec) sluice.Decision {
+		t.Helper()
+		return take(t, s, store.Item{Key: key, Spec: sp}).Decisions[0]
+	}
+	take(t, s, store.Item{Key: "b", Spec: sp, Cost: 2}) // 8 left
+	lower(3, store.Adjustment{Key: "b", Spec: sp}, store.Adjustment{Key: "new", Spec: sp}, store.Adjustment{Key: "w", Spec: win})
+	for _, key := range []string{"b", "new"} {
+		if d := peek(key, sp); d.Remaining != 3 {
+			t.Fatalf("rule: a ceiling of 3 leaves a bucket exactly 3 tokens (also a new key): %s %+v", key, d)
+		}
+	}
+	if r := take(t, s, store.Item{Key: "w", Spec: win, Cost: 5}); !r.Allowed {
+		t.Fatalf("rule: a ceiling does not apply to a window: %+v", r)
+	}
+	lower(7, store.Adjustment{Key: "b", Spec: sp})
+	if d := peek("b", sp); d.Remaining != 3 {
+		t.Fatalf("rule: a ceiling above what a bucket holds never raises it: %+v", d)
+	}
+	lower(-5, store.Adjustment{Key: "b", Spec: sp})
+	if r := take(t, s, store.Item{Key: "b", Spec: sp, Cost: 1}); r.Allowed || r.Decisions[0].RetryAfter != 100*time.Millisecond {
+		t.Fatalf("rule: a negative ceiling counts as 0 (one token in 0.1s): %+v", r)
+	}
+	c.Advance(time.Second)
+	lower(10, store.Adjustment{Key: "b", Spec: sp})
+	if d := peek("b", sp); d.Remaining != 10 {
+		t.Fatalf("rule: a ceiling at the capacity changes nothing (refilled to 10): %+v", d)
+	}
+}
+
 func testChargesSaturate(t *testing.T, f Factory) {
 	s, c := open(t, f)
 	q, err := store.NewSpec(store.Limit{Kind: store.Quota, Quota: quota.Limit{Limit: 100, Period: quota.Month}})
