@@ -58,8 +58,8 @@ func newShared(cfg Config, name string) (*shared, error) {
 	case cfg.LeaseTTL < 0:
 		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: LeaseTTL %v must not be negative", cfg.LeaseTTL)
 	}
-	if _, ok := cfg.Store.(store.Renewer); !ok && cfg.MaxInFlight > 0 {
-		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: Store %T cannot renew leases (store.Renewer), which MaxInFlight needs", cfg.Store)
+	if cfg.MaxInFlight > 0 && !store.CanRenew(cfg.Store) {
+		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: Store %T cannot renew leases (store.CanRenew), which MaxInFlight needs", cfg.Store)
 	}
 	base := "gate:{" + string(gateKeyEsc.Append(nil, name)) + "}:"
 	sh := &shared{st: cfg.Store, ttl: cfg.LeaseTTL, freed: make(chan struct{}, 1)}

@@ -184,6 +184,17 @@ type Renewer interface {
 // Renewer.
 var ErrCannotRenew = errors.New("store: leases cannot be renewed on this store")
 
+// CanRenew reports whether s can renew leases: it is a Renewer and, when
+// it wraps another store (it has a CanRenew method, as store/lease and
+// store/failover do), the store it wraps can too.
+func CanRenew(s Store) bool {
+	if c, ok := s.(interface{ CanRenew() bool }); ok {
+		return c.CanRenew()
+	}
+	_, ok := s.(Renewer)
+	return ok
+}
+
 // Renew renews lease on s if s is a Renewer, else returns ErrCannotRenew.
 func Renew(ctx context.Context, s Store, lease Lease, ttl time.Duration) error {
 	r, ok := s.(Renewer)

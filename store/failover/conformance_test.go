@@ -1,7 +1,10 @@
 package failover_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
@@ -25,3 +28,26 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// A primary that cannot renew leases: failover says so (store.CanRenew),
+// and a Renew is an error that is not an outage.
+func TestCannotRenewIsNotAnOutage(t *testing.T) {
+	s, err := failover.New(failover.Config{Primary: noRenew{memstore.New()}, Mode: failover.Local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if store.CanRenew(s) {
+		t.Fatal("rule: failover over a primary without Renewer cannot renew")
+	}
+	if !store.CanRenew(memstore.New()) {
+		t.Fatal("memstore renews")
+	}
+	err = s.Renew(context.Background(), store.Lease{ID: "x", Keys: []string{"k"}}, time.Second)
+	if !errors.Is(err, store.ErrCannotRenew) || s.Degraded() {
+		t.Fatalf("rule: ErrCannotRenew, and the store stays healthy: %v, degraded %v", err, s.Degraded())
+	}
+}
+
+// noRenew hides a store's Renewer.
+type noRenew struct{ store.Store }

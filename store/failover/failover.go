@@ -129,7 +129,8 @@ func (s *Store) Degraded() bool { return s.degraded.Load() }
 // request being invalid or the caller giving up).
 func outage(ctx context.Context, err error) bool {
 	switch {
-	case err == nil, errors.Is(err, store.ErrInvalidItem), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrClosed):
+	case err == nil, errors.Is(err, store.ErrInvalidItem), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrClosed),
+		errors.Is(err, store.ErrCannotRenew):
 		return false
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return false // the caller gave up: not the store's fault
@@ -283,6 +284,10 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	}
 	return err
 }
+
+// CanRenew reports whether the primary can renew leases (the local store
+// can).
+func (s *Store) CanRenew() bool { return store.CanRenew(s.cfg.Primary) }
 
 // Renew implements store.Renewer: on the store that holds the lease (the
 // local one for a lease taken while degraded).

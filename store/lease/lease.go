@@ -531,6 +531,9 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	return s.inner.Release(ctx, lease)
 }
 
+// CanRenew reports whether the shared store can renew leases.
+func (s *Store) CanRenew() bool { return store.CanRenew(s.inner) }
+
 // Renew implements store.Renewer on the shared store (where the slots
 // are); a shared store that cannot renew makes it an error.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
