@@ -25,21 +25,25 @@
 //     processes, large costs never starved), then a local sleep; a caller
 //     whose turn would come after MaxWait, its context's deadline or
 //     MaxSharedWait is refused at once and books nothing;
-//   - a caller that gives up (its context ends) returns its booking
-//     exactly; Settle and SettleCharge correct the store's buckets;
+//   - a caller that gives up (its context ends, also during the store's
+//     round trip) returns its booking exactly; Settle and SettleCharge
+//     correct the store's buckets (a settle whose store write failed may
+//     be tried again); a cost-0 call waits behind the line;
 //   - in-flight slots are the store's leases: a slot is renewed every
-//     LeaseTTL/3 while its call runs and returns LeaseTTL after a worker
+//     LeaseTTL/3 until its call ends and returns LeaseTTL after a worker
 //     that crashed holding it stopped renewing it. A caller waiting only
 //     for a slot tries again when this process frees one, else after a
 //     jittered pause of at most 50 ms (a slot freed elsewhere sends no
-//     signal). The slot is taken with the booking, so it is held while the
-//     caller sleeps until its turn;
+//     signal). The slot is taken with the booking and renewed from then
+//     on, so it is held while the caller sleeps until its turn;
 //   - Pause, PauseDimension and Lower act on the store, so a hint seen by
 //     one worker reaches all: a paused bucket restarts empty when the
 //     pause ends, and callers booked before the hint keep their turn
-//     (this process's own booked callers wait for the pause too);
-//   - MaxQueue bounds the callers of this process that wait, not of the
-//     fleet; Stats and Event report this process's counts, and as tokens
+//     (this process's own booked callers wait for its pauses, of the gate
+//     or of a dimension they charge); Lower is one atomic ceiling
+//     (store.Adjustment.Lower);
+//   - MaxQueue bounds the callers of this process that wait (one admitted
+//     at once holds no place), not of the fleet; Stats and Event report this process's counts, and as tokens
 //     the remaining after this process's last decision;
 //   - a store error refuses the call with that error (reason
 //     "store_error"); store/failover decides what an outage means.
@@ -134,8 +138,9 @@ type Config struct {
 	Store store.Store
 	// LeaseTTL is, for a shared gate with MaxInFlight, how long an
 	// in-flight slot outlives a worker that holds it and stops renewing it
-	// (a crash): a slot is renewed every LeaseTTL/3 while its call runs.
-	// 0 means DefaultLeaseTTL (30 s).
+	// (a crash): a slot is renewed every LeaseTTL/3 from its booking until
+	// its call ends. 0 means DefaultLeaseTTL (30 s); otherwise at least
+	// MinLeaseTTL.
 	LeaseTTL time.Duration
 	// Rand, if set, draws the retry jitter (a seeded source makes retries
 	// reproducible); nil uses math/rand/v2's global source. It is used under

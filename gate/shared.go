@@ -21,6 +21,10 @@ import (
 // gate's in-flight slot outlives a worker that crashed holding it.
 const DefaultLeaseTTL = 30 * time.Second
 
+// MinLeaseTTL is the shortest Config.LeaseTTL: a slot is renewed every
+// third of it, each renewal a store round trip.
+const MinLeaseTTL = 30 * time.Millisecond
+
 // MaxSharedWait is the longest a caller of a shared gate may wait for
 // admission: a later one is refused with sluice.ErrWaitTooLong even when
 // neither MaxWait nor the context's deadline is that short.
@@ -44,7 +48,6 @@ type shared struct {
 	waiting atomic.Int64   // callers of this process waiting (MaxQueue)
 	freed   chan struct{}  // a slot of this process was released: wakes one waiter
 	last    []atomic.Int64 // each budget's Remaining after this process's last decision
-	lastAt  atomic.Int64   // that decision's time (Unix ns)
 }
 
 // newShared checks cfg for a shared gate and compiles its specs. The keys
@@ -55,8 +58,8 @@ func newShared(cfg Config, name string) (*shared, error) {
 	switch {
 	case cfg.StartEmpty:
 		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: StartEmpty does not apply with a Store (the buckets live in the store and start full there)")
-	case cfg.LeaseTTL < 0:
-		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: LeaseTTL %v must not be negative", cfg.LeaseTTL)
+	case cfg.LeaseTTL < 0 || cfg.LeaseTTL > 0 && cfg.LeaseTTL < MinLeaseTTL:
+		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: LeaseTTL %v must be 0 (the default, %v) or at least %v", cfg.LeaseTTL, DefaultLeaseTTL, MinLeaseTTL)
 	}
 	if cfg.MaxInFlight > 0 && !store.CanRenew(cfg.Store) {
 		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: Store %T cannot renew leases (store.CanRenew), which MaxInFlight needs", cfg.Store)
@@ -91,8 +94,14 @@ func newShared(cfg Config, name string) (*shared, error) {
 }
 
 // items are the store items of a call of cost (and ch per dimension; nil:
-// none): each budget charged (cost 0: left out), then a slot.
-func (sh *shared) items(cost int64, ch []int64) ([]store.Item, []int) {
+// none): the requests budget (even at cost 0: a peek, so that such a call
+// waits behind the line), each dimension charged, then a slot; booking up
+// to limit when queued.
+func (sh *shared) items(cost int64, ch []int64, queued bool, limit time.Time) ([]store.Item, []int) {
+	maxWait := time.Duration(0)
+	if queued {
+		maxWait = max(time.Until(limit), 0)
+	}
 	items := make([]store.Item, 0, len(sh.specs)+1)
 	at := make([]int, 0, len(sh.specs)) // budget index of each item
 	for i, sp := range sh.specs {
@@ -104,12 +113,12 @@ func (sh *shared) items(cost int64, ch []int64) ([]store.Item, []int) {
 			}
 		}
 		if c > 0 || i == 0 {
-			items = append(items, store.Item{Key: sh.keys[i], Spec: sp, Cost: c})
+			items = append(items, store.Item{Key: sh.keys[i], Spec: sp, Cost: c, MaxWait: maxWait})
 			at = append(at, i)
 		}
 	}
 	if sh.slots != nil {
-		items = append(items, store.Item{Key: sh.slotKey, Spec: sh.slots, Cost: 1})
+		items = append(items, store.Item{Key: sh.slotKey, Spec: sh.slots, Cost: 1, MaxWait: maxWait})
 	}
 	return items, at
 }
@@ -120,7 +129,7 @@ type sharedHold struct {
 	g       *Gate
 	costs   []int64 // per budget
 	before  []int64 // per budget: RefundBefore
-	settled []bool
+	settled []uint8 // per budget: 0 not settled, 1 being settled, 2 settled
 	lease   store.Lease
 	mu      sync.Mutex
 	renew   *time.Timer
@@ -130,20 +139,21 @@ type sharedHold struct {
 // acquireShared admits a call of a shared gate: one Take that books the
 // call in the store's line (FIFO across processes) within the wait the
 // caller may afford, then a local sleep until its turn. A call refused
-// only for want of an in-flight slot tries again (woken by a slot this
-// process frees, else after a short jittered pause) until its wait runs
-// out.
+// only for want of an in-flight slot (or, at cost 0, behind the line)
+// tries again (woken by a slot this process frees, else after a short
+// jittered pause) until its wait runs out. The Take does not end with
+// ctx: a caller that gives up during it returns what it booked.
 func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []int64) (*sharedHold, error) {
 	sh := g.sh
 	start := time.Now()
 	limit := start.Add(min(g.budget(ctx, start), MaxSharedWait))
-	queued := false
+	queued := false // holds one of this process's MaxQueue places
 	defer func() {
 		if queued {
 			sh.waiting.Add(-1)
 		}
 	}()
-	if pause := g.localPause(start); pause > limit.Sub(start) {
+	if pause := g.pauseFor(ch); g.cfg.MaxQueue > 0 && pause > limit.Sub(start) {
 		err := sluice.Errorf(sluice.ErrWaitTooLong, "%q is paused by a server hint for %v, more than the %v allowed", g.name, pause, limit.Sub(start))
 		g.reject(err, "wait_too_long", cost, attempt, 0)
 		return nil, err
@@ -152,27 +162,39 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 		if !queued && g.cfg.MaxQueue > 0 {
 			queued = sh.enter(g.cfg.MaxQueue)
 		}
-		items, at := sh.items(cost, ch)
-		maxWait := time.Duration(0)
-		if queued {
-			maxWait = max(time.Until(limit), 0)
-		}
-		for i := range items {
-			items[i].MaxWait = maxWait
-		}
-		res, err := sh.st.Take(ctx, items)
-		if err != nil {
+		items, at := sh.items(cost, ch, queued, limit)
+		before := time.Now()
+		res, err := sh.st.Take(context.WithoutCancel(ctx), items)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			g.reject(ctx.Err(), "canceled", cost, attempt, time.Since(start))
+			return nil, ctx.Err()
+		case err != nil:
 			err = fmt.Errorf("gate %q: store: %w", g.name, err)
 			g.reject(err, "store_error", cost, attempt, time.Since(start))
 			return nil, err
 		}
 		sh.note(items, at)
 		if res.Allowed {
-			return g.admitShared(ctx, sh.hold(g, items, at, res), res.Wait, cost, attempt, start, limit)
+			h := sh.hold(g, items, at, res)
+			if queued && res.Wait == 0 {
+				sh.waiting.Add(-1) // admitted at once: its place goes back now
+				queued = false
+			}
+			if ctx.Err() != nil {
+				h.cancel()
+				g.reject(ctx.Err(), "canceled", cost, attempt, time.Since(start))
+				return nil, ctx.Err()
+			}
+			return g.admitShared(ctx, h, before.Add(res.Wait), ch, cost, attempt, start, limit)
 		}
 		why, retry := sh.refusal(items)
-		if why == "slot" && queued && time.Until(limit) > 0 {
-			if err := sh.awaitSlot(ctx, poll, min(retry, time.Until(limit))); err != nil {
+		if !queued && g.cfg.MaxQueue > 0 && sh.enter(g.cfg.MaxQueue) {
+			queued = true // a place came free meanwhile: ask again, booking
+			continue
+		}
+		if queued && why != "budget" && time.Until(limit) > 0 {
+			if err := sh.await(ctx, poll, min(retry, time.Until(limit))); err != nil {
 				g.reject(err, "canceled", cost, attempt, time.Since(start))
 				return nil, err
 			}
@@ -206,26 +228,33 @@ func (sh *shared) note(items []store.Item, at []int) {
 	for j, i := range at {
 		sh.last[i].Store(items[j].Decision.Remaining)
 	}
-	sh.lastAt.Store(time.Now().UnixNano())
 }
 
-// refusal says why a Take was refused: "slot" when only the in-flight cap
-// refused (then retry is its RetryAfter), else "budget" (retry: the
-// largest RetryAfter of the budgets that refused).
+// refusal says why a Take was refused: "budget" when a budget could not
+// book its cost within the wait allowed (retry: the largest RetryAfter of
+// those), else "slot" when the in-flight cap refused, or "peek" when a
+// cost-0 peek did (a line or a pause ahead); retry is then when to ask
+// again.
 func (sh *shared) refusal(items []store.Item) (why string, retry time.Duration) {
 	why = "slot"
+	budget := false
 	for _, it := range items {
-		if it.Decision.Allowed {
-			continue
-		}
-		if it.Spec.HoldsSlots() {
+		switch {
+		case it.Decision.Allowed:
+		case it.Cost > 0 && !it.Spec.HoldsSlots():
+			if !budget {
+				budget, retry = true, 0
+			}
 			retry = max(retry, it.Decision.RetryAfter)
-			continue
+		case budget:
+		case it.Spec.HoldsSlots():
+			retry = max(retry, it.Decision.RetryAfter)
+		default:
+			why, retry = "peek", max(retry, it.Decision.RetryAfter)
 		}
-		if why == "slot" {
-			why, retry = "budget", 0
-		}
-		retry = max(retry, it.Decision.RetryAfter)
+	}
+	if budget {
+		why = "budget"
 	}
 	return why, retry
 }
@@ -240,13 +269,16 @@ func (g *Gate) sharedRefusal(queued bool, why string, retry, allowed time.Durati
 		return sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers of this process already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
 	case why == "slot":
 		return sluice.Errorf(sluice.ErrWaitTooLong, "%q: no in-flight slot came free within the wait allowed (%v)", g.name, allowed)
+	case why == "peek":
+		return sluice.Errorf(sluice.ErrWaitTooLong, "%q: the callers ahead were not served within the wait allowed (%v)", g.name, allowed)
 	}
 	return sluice.Errorf(sluice.ErrWaitTooLong, "%q: admission in %v would exceed the wait allowed (%v)", g.name, retry, allowed)
 }
 
-// awaitSlot sleeps before another try for a slot: until this process frees
-// one, or a jittered pause growing with poll (at most d), or ctx's end.
-func (sh *shared) awaitSlot(ctx context.Context, poll int, d time.Duration) error {
+// await sleeps before another try: until this process frees a slot, or a
+// jittered pause growing with poll (at most d, when d is positive), or
+// ctx's end.
+func (sh *shared) await(ctx context.Context, poll int, d time.Duration) error {
 	p := min(time.Millisecond<<min(poll, 6), slotPollMax)
 	p = p/2 + rand.N(p/2+1)
 	if d > 0 {
@@ -263,31 +295,33 @@ func (sh *shared) awaitSlot(ctx context.Context, poll int, d time.Duration) erro
 	return nil
 }
 
-// hold is the sharedHold of an admitted Take.
+// hold is the sharedHold of an admitted Take. Its slot is renewed from
+// now on, so that it is held while its caller sleeps until its turn too.
 func (sh *shared) hold(g *Gate, items []store.Item, at []int, res store.Result) *sharedHold {
 	h := &sharedHold{g: g, costs: make([]int64, len(sh.specs)), before: make([]int64, len(sh.specs)),
-		settled: make([]bool, len(sh.specs)), lease: res.Lease}
+		settled: make([]uint8, len(sh.specs)), lease: res.Lease}
 	for j, i := range at {
 		h.costs[i], h.before[i] = items[j].Cost, items[j].RefundBefore
 	}
+	h.startRenewing()
 	return h
 }
 
-// admitShared sleeps until an admitted call's turn (wait after the
-// decision, and the end of a pause this process learnt of since), then
-// counts it and starts renewing its slot. A ctx that ends first, or a
-// pause past limit, returns the booking exactly.
-func (g *Gate) admitShared(ctx context.Context, h *sharedHold, wait time.Duration, cost int64, attempt int, start, limit time.Time) (*sharedHold, error) {
-	at := time.Now().Add(wait)
+// admitShared sleeps until an admitted call's turn (booked: its booking's
+// time; later if a pause this process knows of, of the gate or of a
+// dimension the call charges, ends later), then counts it. A ctx that ends
+// first, or such a pause past limit, returns the booking exactly.
+func (g *Gate) admitShared(ctx context.Context, h *sharedHold, booked time.Time, ch []int64, cost int64, attempt int, start, limit time.Time) (*sharedHold, error) {
 	for {
-		if p := g.localPause(time.Now()); time.Now().Add(p).After(at) {
+		at := booked
+		if p := g.pauseFor(ch); p > 0 && time.Now().Add(p).After(at) {
 			at = time.Now().Add(p)
-		}
-		if at.After(limit) {
-			h.cancel()
-			err := sluice.Errorf(sluice.ErrWaitTooLong, "%q: a server hint pauses it past the wait allowed (%v)", g.name, limit.Sub(start))
-			g.reject(err, "wait_too_long", cost, attempt, time.Since(start))
-			return nil, err
+			if at.After(limit) {
+				h.cancel()
+				err := sluice.Errorf(sluice.ErrWaitTooLong, "%q: a server hint pauses it for %v, past the wait allowed (%v)", g.name, p, limit.Sub(start))
+				g.reject(err, "wait_too_long", cost, attempt, time.Since(start))
+				return nil, err
+			}
 		}
 		d := time.Until(at)
 		if d <= 0 {
@@ -306,18 +340,23 @@ func (g *Gate) admitShared(ctx context.Context, h *sharedHold, wait time.Duratio
 	g.inFlight.Add(1)
 	g.countAdmitted(attempt)
 	g.observe("admitted", "", cost, attempt, time.Since(start))
-	h.startRenewing()
 	return h, nil
 }
 
-// localPause is how long from now a pause this process knows of lasts.
-func (g *Gate) localPause(now time.Time) time.Duration {
-	if !g.paused.Load() {
-		return 0
+// pauseFor is how long from now a pause this process knows of holds a
+// call charging ch (nil: none): the gate's, or a charged dimension's.
+func (g *Gate) pauseFor(ch []int64) time.Duration {
+	now := g.now()
+	var p time.Duration
+	if g.paused.Load() {
+		g.mu.Lock()
+		p = g.pausedUntil.Sub(now)
+		g.mu.Unlock()
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return max(g.pausedUntil.Sub(now), 0)
+	if end := g.dimPauseEnd(ch); !end.IsZero() {
+		p = max(p, end.Sub(now))
+	}
+	return max(p, 0)
 }
 
 // startRenewing renews the slot's lease every third of its TTL while held.
@@ -345,24 +384,30 @@ func (h *sharedHold) startRenewing() {
 }
 
 // settle settles budget i with actual: the difference to what it took is
-// returned (exactly, before its RefundBefore) or charged into debt.
+// returned (exactly, before its RefundBefore) or charged into debt. Once
+// per budget; a settle whose store write failed may be tried again.
 func (h *sharedHold) settle(i int, actual int64) error {
 	if actual < 0 {
 		return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d is negative", actual)
 	}
 	h.mu.Lock()
-	if h.settled[i] {
+	if h.settled[i] != 0 {
 		h.mu.Unlock()
 		return fmt.Errorf("gate %q: %s already settled", h.g.name, h.g.budgetName(i))
 	}
-	h.settled[i] = true
+	h.settled[i] = 1
 	h.mu.Unlock()
-	delta := actual - h.costs[i]
-	if delta == 0 {
-		return nil
+	var err error
+	if delta := actual - h.costs[i]; delta != 0 {
+		sh := h.g.sh
+		err = sh.st.Adjust(context.Background(), []store.Adjustment{{Key: sh.keys[i], Spec: sh.specs[i], Delta: delta, RefundBefore: h.before[i]}})
 	}
-	sh := h.g.sh
-	err := sh.st.Adjust(context.Background(), []store.Adjustment{{Key: sh.keys[i], Spec: sh.specs[i], Delta: delta, RefundBefore: h.before[i]}})
+	h.mu.Lock()
+	h.settled[i] = 2
+	if err != nil {
+		h.settled[i] = 0
+	}
+	h.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("gate %q: settle %s: %w", h.g.name, h.g.budgetName(i), err)
 	}
@@ -371,6 +416,9 @@ func (h *sharedHold) settle(i int, actual int64) error {
 
 // cancel returns a booking that was not used (exactly) and its slot.
 func (h *sharedHold) cancel() {
+	if !h.stop() {
+		return
+	}
 	sh := h.g.sh
 	var adj []store.Adjustment
 	for i, c := range h.costs {
@@ -378,44 +426,53 @@ func (h *sharedHold) cancel() {
 			adj = append(adj, store.Adjustment{Key: sh.keys[i], Spec: sh.specs[i], Delta: -c, RefundBefore: h.before[i]})
 		}
 	}
-	ctx := context.Background()
-	if err := sh.st.Adjust(ctx, adj); err != nil {
+	if err := sh.st.Adjust(context.Background(), adj); err != nil {
 		h.g.logWarn("gate: returning a cancelled booking failed", err)
 	}
-	if h.lease.ID != "" {
-		if err := sh.st.Release(ctx, h.lease); err != nil {
-			h.g.logWarn("gate: releasing an in-flight slot failed (it returns at its TTL)", err)
-		}
-	}
+	h.freeSlot()
 }
 
-// release frees the slot of an admitted call; it runs once per hold.
-func (h *sharedHold) release() {
+// stop ends the hold's renewals; false when it had ended already.
+func (h *sharedHold) stop() bool {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.done {
-		h.mu.Unlock()
-		return
+		return false
 	}
 	h.done = true
 	if h.renew != nil {
 		h.renew.Stop()
 	}
-	h.mu.Unlock()
+	return true
+}
+
+// freeSlot releases the hold's slot, if it took one, and wakes a caller of
+// this process waiting for one.
+func (h *sharedHold) freeSlot() {
+	if h.lease.ID == "" {
+		return
+	}
 	sh := h.g.sh
-	h.g.inFlight.Add(-1)
-	if h.lease.ID != "" {
-		if err := sh.st.Release(context.Background(), h.lease); err != nil {
-			h.g.logWarn("gate: releasing an in-flight slot failed (it returns at its TTL)", err)
-		}
-		select {
-		case sh.freed <- struct{}{}:
-		default:
-		}
+	if err := sh.st.Release(context.Background(), h.lease); err != nil {
+		h.g.logWarn("gate: releasing an in-flight slot failed (it returns at its TTL)", err)
+	}
+	select {
+	case sh.freed <- struct{}{}:
+	default:
 	}
 }
 
+// release frees the slot of an admitted call; it runs once per hold.
+func (h *sharedHold) release() {
+	if !h.stop() {
+		return
+	}
+	h.g.inFlight.Add(-1)
+	h.freeSlot()
+}
+
 // adjustShared applies an adjustment to budget i of a shared gate (a pause
-// or a charge), logging a failure: the callers (Pause, Lower) have no
+// or a ceiling), logging a failure: the callers (Pause, Lower) have no
 // error to return.
 func (g *Gate) adjustShared(i int, a store.Adjustment) {
 	a.Key, a.Spec = g.sh.keys[i], g.sh.specs[i]
@@ -424,29 +481,15 @@ func (g *Gate) adjustShared(i int, a store.Adjustment) {
 	}
 }
 
-// lowerShared lowers budget i in the store to at most remaining: a peek
-// reads what it holds, the excess is charged. It skips the store when
-// remaining cannot be lower than what the store holds: not below what this
-// process's last decision left plus the refill since (other workers only
-// take from it, but for their refunds), or the capacity.
+// lowerShared lowers budget i in the store to at most remaining, in one
+// atomic step (store.Adjustment.Lower); a figure at or above the
+// capacity cannot lower anything and skips the store.
 func (g *Gate) lowerShared(i int, remaining int64) {
-	sh := g.sh
-	l := g.limit
-	if i > 0 {
-		l = g.dims[i-1].limit
-	}
-	since := float64(time.Now().UnixNano()-sh.lastAt.Load()) / 1e9
-	if bound := float64(sh.last[i].Load()) + l.Rate*since; float64(remaining) >= min(bound, float64(l.Capacity)) {
+	if remaining >= g.sh.specs[i].Capacity() {
 		return
 	}
-	it := []store.Item{{Key: sh.keys[i], Spec: sh.specs[i]}}
-	if _, err := sh.st.Take(context.Background(), it); err != nil {
-		g.logWarn("gate: reading a budget from the store failed ("+g.budgetName(i)+")", err)
-		return
-	}
-	if excess := it[0].Decision.Remaining - max(remaining, 0); excess > 0 {
-		g.adjustShared(i, store.Adjustment{Delta: excess})
-	}
+	g.adjustShared(i, store.Adjustment{Lower: true, Delta: max(remaining, 0)})
+	g.sh.last[i].Store(min(g.sh.last[i].Load(), max(remaining, 0)))
 }
 
 // budgetName is budget i's name: "requests", then the dimensions'.

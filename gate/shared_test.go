@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -288,3 +289,209 @@ func TestSharedConfigErrors(t *testing.T) {
 
 // noRenew hides a store's Renewer.
 type noRenew struct{ store.Store }
+
+// slowStore answers every Take after a delay (a store round trip), and
+// fails the next failAdjust Adjusts.
+type slowStore struct {
+	store.Store
+	delay      time.Duration
+	failAdjust atomic.Int64
+}
+
+func (s *slowStore) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	time.Sleep(s.delay)
+	return s.Store.Take(ctx, items)
+}
+
+func (s *slowStore) Adjust(ctx context.Context, adj []store.Adjustment) error {
+	if s.failAdjust.Add(-1) >= 0 {
+		return errors.New("store down")
+	}
+	return s.Store.Adjust(ctx, adj)
+}
+
+func (s *slowStore) Renew(ctx context.Context, l store.Lease, ttl time.Duration) error {
+	return store.Renew(ctx, s.Store, l, ttl)
+}
+
+func slowGate(t *testing.T, st store.Store, cfg gate.Config) *gate.Gate {
+	t.Helper()
+	cfg.Store = st
+	if cfg.Name == "" {
+		cfg.Name = "llm"
+	}
+	g, err := gate.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// A caller booked to wait longer than LeaseTTL keeps its slot while it
+// sleeps (the slot is renewed from the booking on).
+func TestSharedSlotHeldWhileBooked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := gate.Config{Limit: bucket.Limit{Capacity: 1, Rate: 0.1}, MaxInFlight: 1, MaxQueue: 10, MaxWait: time.Minute, LeaseTTL: 3 * time.Second}
+		a, _, st := sharedPair(t, cfg)
+		ctx := context.Background()
+		a.Do(ctx, 1, nop) // the token; the next is due in 10 s
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := a.Do(ctx, 1, func(context.Context) error { time.Sleep(time.Second); return nil }); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		time.Sleep(5 * time.Second) // past the TTL, before its turn
+		slot := []store.Item{{Key: "gate:{llm}:in_flight", Spec: &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: 3 * time.Second}}}
+		if _, err := st.Take(ctx, slot); err != nil || slot[0].Decision.Remaining != 0 {
+			t.Fatalf("rule: a booked caller holds its slot while it sleeps, past LeaseTTL: %+v %v", slot[0].Decision, err)
+		}
+		wg.Wait()
+	})
+}
+
+// A caller whose context ends during the store's round trip returns what
+// the store booked for it: its tokens and its slot.
+func TestSharedCancelDuringTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &slowStore{Store: memstore.New(), delay: time.Second}
+		defer st.Close()
+		cfg := gate.Config{Limit: bucket.Limit{Capacity: 10, Rate: 0.001}, MaxInFlight: 1, MaxQueue: 10, MaxWait: time.Minute}
+		g := slowGate(t, st, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := g.Do(ctx, 10, nop); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cancelled during the round trip: %v", err)
+		}
+		if s := g.Stats(); s.Canceled != 1 || s.RejectedStore != 0 {
+			t.Fatalf("rule: counted as cancelled, not a store error: %+v", s)
+		}
+		if err := g.Do(context.Background(), 10, nop); err != nil {
+			t.Fatalf("rule: the booking made for a caller that gave up during the round trip comes back, tokens and slot: %v", err)
+		}
+	})
+}
+
+// MaxQueue places are held only by callers that wait: one admitted at once
+// does not make a real waiter fail, even while its round trip is on.
+func TestSharedMaxQueueOnlyWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &slowStore{Store: memstore.New(), delay: 10 * time.Millisecond}
+		defer st.Close()
+		g := slowGate(t, st, gate.Config{Limit: bucket.Limit{Capacity: 1, Rate: 1}, MaxQueue: 1, MaxWait: time.Minute})
+		ctx := context.Background()
+		errs := make(chan error, 2)
+		go func() { errs <- g.Do(ctx, 1, nop) }() // admitted at once
+		go func() { errs <- g.Do(ctx, 1, nop) }() // must wait 1 s
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("rule: with MaxQueue 1, one caller passing at once and one waiting both pass: %v", err)
+			}
+		}
+	})
+}
+
+// A call of cost 0 waits behind the line (and a pause) rather than being
+// refused.
+func TestSharedCostZeroWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, _ := sharedPair(t, gate.Config{Limit: bucket.Limit{Capacity: 2, Rate: 2}, MaxQueue: 10, MaxWait: time.Minute})
+		ctx := context.Background()
+		start := time.Now()
+		a.Do(ctx, 2, nop)
+		go a.Do(ctx, 1, nop) // booked to 0.5 s
+		synctest.Wait()
+		if err := b.Do(ctx, 0, nop); err != nil || time.Since(start) < 500*time.Millisecond || time.Since(start) > 560*time.Millisecond {
+			t.Fatalf("rule: a cost-0 call waits behind the line (0.5 s): %v at %v", err, time.Since(start))
+		}
+	})
+}
+
+// A settle whose store write failed can be tried again; one that
+// succeeded cannot.
+func TestSharedSettleRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &slowStore{Store: memstore.New()}
+		defer st.Close()
+		g := slowGate(t, st, gate.Config{Limit: bucket.Limit{Capacity: 10, Rate: 0.001}})
+		tk, err := g.Reserve(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.failAdjust.Store(1)
+		if err := tk.Settle(4); err == nil {
+			t.Fatal("the store failed: the settle fails")
+		}
+		if err := tk.Settle(4); err != nil {
+			t.Fatalf("rule: a failed settle may be tried again: %v", err)
+		}
+		if err := tk.Settle(4); err == nil {
+			t.Fatal("rule: a settle succeeds once")
+		}
+		tk.Release()
+		if err := g.Do(context.Background(), 6, nop); err != nil {
+			t.Fatalf("the settle returned 6: %v", err)
+		}
+	})
+}
+
+// A dimension paused by this process holds its own callers booked before
+// the pause, as a gate-wide pause does.
+func TestSharedDimensionPauseHoldsBooked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := gate.Config{Limit: bucket.PerSecond(100), MaxQueue: 10, MaxWait: time.Minute,
+			Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.Limit{Capacity: 100, Rate: 100}}}}
+		a, _, _ := sharedPair(t, cfg)
+		ctx := context.Background()
+		start := time.Now()
+		a.Do(ctx, 1, nop, gate.Charge("tokens", 100))
+		done := make(chan time.Duration, 1)
+		go func() { a.Do(ctx, 1, nop, gate.Charge("tokens", 50)); done <- time.Since(start) }() // booked to 0.5 s
+		synctest.Wait()
+		a.PauseDimension("tokens", 3*time.Second)
+		if d := <-done; d != 3*time.Second {
+			t.Fatalf("rule: this process's booked caller waits for its own dimension pause (3 s): admitted at %v", d)
+		}
+	})
+}
+
+// Lower after a refund: the ceiling is applied in the store whatever this
+// process saw last.
+func TestSharedLowerAfterRefund(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := gate.Config{Limit: bucket.PerSecond(100),
+			Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.Limit{Capacity: 1000, Rate: 0.001}}}}
+		a, b, _ := sharedPair(t, cfg)
+		ctx := context.Background()
+		tk, _ := a.Reserve(ctx, 1, gate.Charge("tokens", 900))
+		tk.SettleCharge("tokens", 0) // all 900 back: 1000 in the store
+		tk.Release()
+		a.Lower("tokens", 500)
+		if err := b.Do(ctx, 1, nop, gate.Charge("tokens", 501)); !errors.Is(err, sluice.ErrQueueFull) {
+			t.Fatalf("rule: Lower caps the store's budget at the provider's figure, whatever this process saw: %v", err)
+		}
+		if err := b.Do(ctx, 1, nop, gate.Charge("tokens", 500)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A gate with its own Clock measures its pauses on that clock: a clock an
+// hour ahead of the system's pauses for the hint's length, not forever.
+func TestSharedPauseOwnClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		defer st.Close()
+		g := slowGate(t, st, gate.Config{Limit: bucket.PerSecond(10), MaxQueue: 10, MaxWait: 5 * time.Second, Clock: aheadClock{}})
+		start := time.Now()
+		g.Pause(time.Second)
+		if err := g.Do(context.Background(), 1, nop); err != nil || time.Since(start) < time.Second || time.Since(start) > 1200*time.Millisecond {
+			t.Fatalf("rule: a 1 s hint on the gate's clock pauses 1 s: %v after %v", err, time.Since(start))
+		}
+	})
+}
+
+type aheadClock struct{}
+
+func (aheadClock) Now() time.Time { return time.Now().Add(time.Hour) }

@@ -362,7 +362,7 @@ end
 return 1`)
 
 // Renew implements store.Renewer: one script call per key of the lease
-// (each a slot of its own, so that it works on Redis Cluster).
+// (each on its own hash slot's node, so that it works on Redis Cluster).
 func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
 	select {
 	case <-s.closed:
@@ -382,15 +382,13 @@ func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration)
 		now = strconv.FormatInt(s.cfg.clock.Now().UnixNano()/1000, 10)
 	}
 	us := strconv.FormatInt(int64((ttl+time.Microsecond-1)/time.Microsecond), 10)
-	execs := make([]rueidis.LuaExec, 0, len(lease.Keys))
 	for _, k := range lease.Keys {
 		if !strings.HasPrefix(k, s.cfg.prefix) {
 			return fmt.Errorf("redisstore: renew: key %q is not one of this store's", k)
 		}
-		execs = append(execs, rueidis.LuaExec{Keys: []string{k}, Args: []string{lease.ID, us, now, s.expire()}})
 	}
-	for _, r := range renewScript.ExecMulti(ctx, s.c, execs...) {
-		if err := r.Error(); err != nil {
+	for _, k := range lease.Keys { // (one key per lease where a gate holds it: no batch to build)
+		if err := renewScript.Exec(ctx, s.c, []string{k}, []string{lease.ID, us, now, s.expire()}).Error(); err != nil {
 			return fmt.Errorf("redisstore: renew: %w", err)
 		}
 	}
