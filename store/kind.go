@@ -237,22 +237,23 @@ func (s *Spec) Adjust(st State, exists bool, now Now, delta int64) (out State, d
 // now; ok is false for kinds that are not paused (all but TokenBucket).
 // dec is the state's peek after it.
 func (s *Spec) Pause(st State, exists bool, now Now, d time.Duration) (out State, dec sluice.Decision, ok bool) {
-	if s.Kind != TokenBucket || d <= 0 {
+	if d <= 0 {
 		return st, sluice.Decision{}, false
 	}
-	p := &s.Bucket
-	t, o, ph := st.tat()
-	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
-	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
-	tat = p.Pause(tat, at, d)
-	_, dec = p.Step(tat, at, 0)
-	return bucketState(tat, origin, phase), dec, true
+	return s.bucketOp(st, exists, now, func(p *bucket.Params, tat int64, at bucket.Instant) int64 { return p.Pause(tat, at, d) })
 }
 
 // Lower applies a ceiling of n tokens (see Adjustment.Lower) to a key's
 // state at now; ok is false for kinds that are not lowered (all but
 // TokenBucket). dec is the state's peek after it.
 func (s *Spec) Lower(st State, exists bool, now Now, n int64) (out State, dec sluice.Decision, ok bool) {
+	return s.bucketOp(st, exists, now, func(p *bucket.Params, tat int64, at bucket.Instant) int64 { return p.Lower(tat, at, n) })
+}
+
+// bucketOp applies op, a transition of bucket.Params, to a token bucket's
+// state at now (a new or full state restarting at now, as every store
+// does), and peeks the result; ok is false for other kinds.
+func (s *Spec) bucketOp(st State, exists bool, now Now, op func(p *bucket.Params, tat int64, at bucket.Instant) int64) (out State, dec sluice.Decision, ok bool) {
 	if s.Kind != TokenBucket {
 		return st, sluice.Decision{}, false
 	}
@@ -260,7 +261,7 @@ func (s *Spec) Lower(st State, exists bool, now Now, n int64) (out State, dec sl
 	t, o, ph := st.tat()
 	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
 	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
-	tat = p.Lower(tat, at, n)
+	tat = op(p, tat, at)
 	_, dec = p.Step(tat, at, 0)
 	return bucketState(tat, origin, phase), dec, true
 }
