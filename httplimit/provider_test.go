@@ -1,7 +1,9 @@
 package httplimit_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -19,62 +21,44 @@ func header(kv ...string) http.Header {
 	return h
 }
 
+// The cases are testdata/provider_headers.json at the repository's root,
+// which the Python and TypeScript clients' parsers read too.
 func TestParseProviderLimits(t *testing.T) {
-	type pl = httplimit.ProviderLimit
-	for _, tc := range []struct {
-		name string
-		h    http.Header
-		want []pl
-	}{
-		{"openai", header(
-			"x-ratelimit-limit-requests", "500", "x-ratelimit-remaining-requests", "499", "x-ratelimit-reset-requests", "120ms",
-			"x-ratelimit-limit-tokens", "30000", "x-ratelimit-remaining-tokens", "29000", "x-ratelimit-reset-tokens", "6m0s"),
-			[]pl{{Dimension: "requests", Limit: 500, Remaining: 499, Reset: 120 * time.Millisecond, Source: "openai"},
-				{Dimension: "tokens", Limit: 30000, Remaining: 29000, Reset: 6 * time.Minute, Source: "openai"}}},
-		{"openai fractional and compound resets", header("x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "1h2m3.5s",
-			"x-ratelimit-remaining-requests", "12", "x-ratelimit-reset-requests", "12ms"),
-			[]pl{{Dimension: "requests", Limit: -1, Remaining: 12, Reset: 12 * time.Millisecond, Source: "openai"},
-				{Dimension: "tokens", Limit: -1, Remaining: 0, Reset: time.Hour + 2*time.Minute + 3500*time.Millisecond, Source: "openai"}}},
-		{"anthropic", header(
-			"anthropic-ratelimit-requests-limit", "50", "anthropic-ratelimit-requests-remaining", "49", "anthropic-ratelimit-requests-reset", "2026-12-01T10:00:01Z",
-			"anthropic-ratelimit-input-tokens-limit", "40000", "anthropic-ratelimit-input-tokens-remaining", "39000", "anthropic-ratelimit-input-tokens-reset", "2026-12-01T10:00:30Z",
-			"anthropic-ratelimit-output-tokens-limit", "8000", "anthropic-ratelimit-output-tokens-remaining", "0", "anthropic-ratelimit-output-tokens-reset", "2026-12-01T11:00:30+01:00",
-			"anthropic-ratelimit-tokens-remaining", "47000"),
-			[]pl{{Dimension: "requests", Limit: 50, Remaining: 49, Reset: time.Second, Source: "anthropic"},
-				{Dimension: "tokens", Limit: -1, Remaining: 47000, Source: "anthropic"},
-				{Dimension: "input_tokens", Limit: 40000, Remaining: 39000, Reset: 30 * time.Second, Source: "anthropic"},
-				{Dimension: "output_tokens", Limit: 8000, Remaining: 0, Reset: 30 * time.Second, Source: "anthropic"}}},
-		{"ietf", header("RateLimit-Policy", `"burst";q=100;w=60, "tokens_per_day";q=1000000;w=86400`,
-			"RateLimit", `"burst";r=0;t=30`),
-			[]pl{{Dimension: "requests", Name: "burst", Limit: 100, Remaining: 0, Reset: 30 * time.Second, Source: "ietf"},
-				{Dimension: "tokens", Name: "tokens_per_day", Limit: 1000000, Remaining: -1, Source: "ietf"}}},
-		{"ratelimit-* seconds", header("RateLimit-Limit", "100", "RateLimit-Remaining", "0", "RateLimit-Reset", "17"),
-			[]pl{{Dimension: "requests", Limit: 100, Remaining: 0, Reset: 17 * time.Second, Source: "ratelimit"}}},
-		{"x-ratelimit-* unix time", header("X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4999", "X-RateLimit-Reset", "1796133600"),
-			[]pl{{Dimension: "requests", Limit: 5000, Remaining: 4999, Reset: time.Unix(1796133600, 0).Sub(providerNow), Source: "x-ratelimit"}}},
-		{"x-ratelimit-* unix time in the past", header("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1700000000"),
-			[]pl{{Dimension: "requests", Limit: -1, Remaining: 0, Source: "x-ratelimit"}}},
-		{"retry hints", header("retry-after-ms", "1200", "Retry-After", "2"),
-			[]pl{{Limit: -1, Remaining: 0, Reset: 1200 * time.Millisecond, Source: "retry-after-ms"},
-				{Limit: -1, Remaining: 0, Reset: 2 * time.Second, Source: "retry-after"}}},
-		{"retry-after date", header("Retry-After", "Tue, 01 Dec 2026 10:00:05 GMT"),
-			[]pl{{Limit: -1, Remaining: 0, Reset: 5 * time.Second, Source: "retry-after"}}},
-		{"absurd values capped", header("Retry-After", "99999999999", "x-ratelimit-remaining-tokens", "5", "x-ratelimit-reset-tokens", "999999h",
-			"anthropic-ratelimit-requests-remaining", "1", "anthropic-ratelimit-requests-reset", "2090-01-01T00:00:00Z"),
-			[]pl{{Dimension: "tokens", Limit: -1, Remaining: 5, Reset: httplimit.MaxProviderReset, Source: "openai"},
-				{Dimension: "requests", Limit: -1, Remaining: 1, Reset: httplimit.MaxProviderReset, Source: "anthropic"},
-				{Limit: -1, Remaining: 0, Reset: httplimit.MaxProviderReset, Source: "retry-after"}}},
-		{"malformed values skipped", header(
-			"x-ratelimit-limit-requests", "lots", "x-ratelimit-remaining-requests", "-3", "x-ratelimit-reset-requests", "-1s",
-			"x-ratelimit-remaining-tokens", "7", "x-ratelimit-reset-tokens", "soon",
-			"anthropic-ratelimit-tokens-reset", "tomorrow", "RateLimit", `"x";r=-1;t=abc`, "retry-after-ms", "NaN", "Retry-After", "-5",
-			"X-RateLimit-Limit", "1e3", "RateLimit-Remaining", "99999999999999999999"),
-			[]pl{{Dimension: "tokens", Limit: -1, Remaining: 7, Source: "openai"}}},
-		{"nothing", header("Content-Type", "application/json"), nil},
-	} {
-		got := httplimit.ParseProviderLimitsAt(tc.h, providerNow)
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
+	raw, err := os.ReadFile("../testdata/provider_headers.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Now   time.Time
+		Cases []struct {
+			Name    string
+			Headers [][2]string
+			Want    []struct {
+				Dimension, Name, Source string
+				Limit, Remaining        int64
+				ResetMS                 float64 `json:"reset_ms"`
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &fx); err != nil {
+		t.Fatal(err)
+	}
+	if !fx.Now.Equal(providerNow) || len(fx.Cases) < 10 {
+		t.Fatalf("fixture: now %v, %d cases", fx.Now, len(fx.Cases))
+	}
+	for _, tc := range fx.Cases {
+		h := http.Header{}
+		for _, kv := range tc.Headers {
+			h.Add(kv[0], kv[1])
+		}
+		var want []httplimit.ProviderLimit
+		for _, w := range tc.Want {
+			want = append(want, httplimit.ProviderLimit{Dimension: w.Dimension, Name: w.Name, Limit: w.Limit, Remaining: w.Remaining,
+				Reset: time.Duration(w.ResetMS * float64(time.Millisecond)), Source: w.Source})
+		}
+		got := httplimit.ParseProviderLimitsAt(h, providerNow)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", tc.Name, got, want)
 		}
 	}
 }
