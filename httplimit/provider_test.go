@@ -13,14 +13,6 @@ import (
 
 var providerNow = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-func header(kv ...string) http.Header {
-	h := http.Header{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		h.Add(kv[i], kv[i+1])
-	}
-	return h
-}
-
 // The cases are testdata/provider_headers.json at the repository's root,
 // which the Python and TypeScript clients' parsers read too.
 func TestParseProviderLimits(t *testing.T) {
