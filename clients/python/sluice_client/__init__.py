@@ -1,0 +1,22 @@
+"""sluice_client: one rate-limit budget, on a ``sluice serve``, for every
+process, thread and task — standard library only.
+
+    from sluice_client import Client
+
+    client = Client("http://127.0.0.1:8080")
+
+    @client.limited({"api_key": "k1"}, costs={"tpm": 800})
+    def ask(prompt):
+        ...
+"""
+
+from ._client import AsyncClient, AsyncReservation, Client, Decision, Limit, Reservation, Ticket
+from ._errors import BadRequest, CostExceedsCapacity, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
+from ._headers import MAX_PROVIDER_RESET, ProviderLimit, parse_provider_limits, retry_hint
+
+__all__ = [
+    "Client", "AsyncClient", "Decision", "Limit", "Reservation", "AsyncReservation", "Ticket",
+    "SluiceError", "RateLimited", "CostExceedsCapacity", "BadRequest", "Unauthorized", "ServiceUnavailable",
+    "ProviderLimit", "parse_provider_limits", "retry_hint", "MAX_PROVIDER_RESET",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,414 @@
+"""The client: one budget on a sluice service for every process."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, TypeVar, Union
+
+from ._errors import BadRequest, CostExceedsCapacity, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
+from ._headers import Headers, parse_provider_limits, retry_hint
+
+__all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket"]
+
+Descriptors = Mapping[str, str]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit of a decision, as the service reports it."""
+
+    name: str
+    key: str
+    capacity: int
+    tokens_remaining: int
+    allowed: bool
+    algorithm: str = ""
+    refill_per_second: float = 0.0
+    token_cost: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A check's answer. A refusal is a Decision with ``allowed`` False (and
+    ``retry_after``, seconds), not an exception. ``lease`` settles and
+    releases an admitted request; ``wait`` is, for a reservation, the
+    seconds after which it may act."""
+
+    allowed: bool
+    retry_after: float
+    lease: Optional[str]
+    limits: List[Limit] = field(default_factory=list)
+    wait: Optional[float] = None
+
+    @staticmethod
+    def _of(body: Mapping[str, Any]) -> "Decision":
+        limits = [
+            Limit(name=str(l.get("name", "")), key=str(l.get("key", "")), capacity=int(l.get("capacity", 0)),
+                  tokens_remaining=int(l.get("tokens_remaining", 0)), allowed=bool(l.get("allowed", False)),
+                  algorithm=str(l.get("algorithm", "")), refill_per_second=float(l.get("refill_per_second", 0) or 0),
+                  token_cost=int(l.get("token_cost", 0)))
+            for l in body.get("limits") or []
+        ]
+        wait = body.get("wait_ms")
+        return Decision(allowed=bool(body.get("allowed")), retry_after=int(body.get("retry_after_ms", 0)) / 1000,
+                        lease=body.get("lease") or None, limits=limits, wait=None if wait is None else int(wait) / 1000)
+
+
+def _ms(seconds: Optional[float], what: str) -> Optional[int]:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds != seconds or seconds < 0:
+        raise ValueError(f"{what} must be a non-negative number of seconds, not {seconds!r}")
+    return int(-(-seconds * 1000 // 1))  # rounded up: never less than asked
+
+
+def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping[str, int]], max_wait: Optional[float], reserve: bool) -> Dict[str, Any]:
+    if not isinstance(descriptors, Mapping) or not descriptors:
+        raise ValueError(f"descriptors must be a non-empty mapping of names to values, not {descriptors!r}")
+    b: Dict[str, Any] = {"descriptors": {str(k): str(v) for k, v in descriptors.items()}}
+    if cost is not None:
+        b["cost"] = int(cost)
+    if costs:
+        b["costs"] = {str(k): int(v) for k, v in costs.items()}
+    mw = _ms(max_wait, "max_wait")
+    if mw is not None:
+        b["max_wait_ms"] = mw
+    if reserve:
+        b["reserve"] = True
+    return b
+
+
+def _error(status: int, body: Mapping[str, Any], raw: str) -> SluiceError:
+    code = body.get("code") if isinstance(body, Mapping) else None
+    msg = (body.get("error") if isinstance(body, Mapping) else None) or raw.strip() or f"HTTP {status}"
+    msg = f"sluice: {msg}"
+    if status == 401:
+        return Unauthorized(msg, status=status, code=code)
+    if status == 429:
+        return RateLimited(msg, retry_after=int(body.get("retry_after_ms", 0) or 0) / 1000, status=status, code=code or "rate_limited")
+    if code == "cost_exceeds_capacity":
+        return CostExceedsCapacity(msg, limit=body.get("limit"), status=status, code=code)
+    if status == 503:
+        ra = body.get("retry_after_ms")
+        return ServiceUnavailable(msg, status=status, code=code, retry_after=None if ra is None else int(ra) / 1000)
+    if 400 <= status < 500:
+        return BadRequest(msg, status=status, code=code)
+    return SluiceError(msg, status=status, code=code)
+
+
+class Client:
+    """A blocking client of ``sluice serve`` at ``url`` (``http://host:port``).
+
+    ``token`` is the bearer token the service wants (``--auth-token``);
+    ``timeout`` (seconds) bounds every call: a service that does not answer
+    in time (or cannot be reached) raises ``ServiceUnavailable``; a check
+    that waits (``max_wait``) may take that much longer. Safe for use by
+    several threads."""
+
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be http://host:port or https://..., not {url!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = float(timeout)
+        self._last: Optional[Dict[str, str]] = None  # descriptors of the last acquire/limited
+
+    # -- the wire ---------------------------------------------------------
+
+    def _post(self, path: str, body: Mapping[str, Any], wait: float = 0.0, ok_statuses: tuple = (200,)) -> tuple:
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method="POST", headers={"Content-Type": "application/json"})
+        if self.token:
+            req.add_header("Authorization", "Bearer " + self.token)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout + wait) as res:
+                status, raw = res.status, res.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise ServiceUnavailable(f"sluice: {self.url} could not be reached within {self.timeout + wait:g} s: {reason}") from e
+        try:
+            parsed = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            parsed = {}
+        if status in ok_statuses:
+            return status, parsed
+        raise _error(status, parsed if isinstance(parsed, dict) else {}, raw)
+
+    # -- the calls --------------------------------------------------------
+
+    def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+              max_wait: Optional[float] = None) -> Decision:
+        """Admit one request (``cost`` for every limit, ``costs`` per limit
+        name), waiting in the limits' line up to ``max_wait`` seconds (the
+        service holds the call). A refusal is a Decision with ``allowed``
+        False."""
+        _, body = self._post("/v1/check", _body(descriptors, cost, costs, max_wait, False), wait=max_wait or 0.0, ok_statuses=(200, 429))
+        return Decision._of(body)
+
+    def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+                max_wait: float) -> "Reservation":
+        """Book a place in the limits' line without holding a connection:
+        the Reservation says after how many seconds (``wait``) it may act.
+        Raises ``RateLimited`` when the wait would exceed ``max_wait``
+        (nothing is booked)."""
+        body = _body(descriptors, cost, costs, max_wait, True)
+        _, ans = self._post("/v1/check", body, ok_statuses=(200, 429))
+        d = Decision._of(ans)
+        if not d.allowed:
+            raise RateLimited(f"sluice: not admitted within max_wait ({max_wait:g} s); retry after {d.retry_after:g} s", retry_after=d.retry_after)
+        return Reservation(self, d)
+
+    def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+                max_wait: float) -> "Ticket":
+        """Book, sleep until the turn, and return a Ticket (a context
+        manager releasing the request's in-flight slot on exit). A
+        KeyboardInterrupt while sleeping cancels the booking."""
+        r = self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait)
+        self._last = dict(descriptors)
+        try:
+            if r.wait > 0:
+                time.sleep(r.wait)
+        except BaseException:
+            r.cancel()
+            raise
+        return Ticket(self, r.decision)
+
+    def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> None:
+        """Replace a request's cost by what it used: ``actual_cost`` for its
+        limits, ``actual_costs`` per limit name (the others keep what they
+        took). The unused part is returned exactly, an excess charged."""
+        if not lease:
+            raise ValueError("lease is empty (a refused request has none)")
+        b: Dict[str, Any] = {"lease": lease}
+        if actual_cost is not None:
+            b["actual_cost"] = int(actual_cost)
+        if actual_costs:
+            b["actual_costs"] = {str(k): int(v) for k, v in actual_costs.items()}
+        self._post("/v1/settle", b)
+
+    def release(self, lease: str) -> None:
+        """Free a request's in-flight slots before they expire."""
+        if not lease:
+            raise ValueError("lease is empty (a refused request has none)")
+        self._post("/v1/release", {"lease": lease})
+
+    def pause(self, descriptors: Descriptors, retry_after: float, limits: Optional[List[str]] = None) -> float:
+        """A server's retry hint for every client: the limits of
+        ``descriptors`` (``limits`` names some; default every token-bucket
+        limit that applies) admit nothing for ``retry_after`` seconds.
+        Returns the pause's end, Unix seconds."""
+        ms = _ms(retry_after, "retry_after")
+        b: Dict[str, Any] = {"descriptors": _body(descriptors, None, None, None, False)["descriptors"], "retry_after_ms": max(ms or 0, 1)}
+        if limits:
+            b["limits"] = [str(x) for x in limits]
+        _, ans = self._post("/v1/pause", b)
+        return int(ans.get("paused_until_ms", 0)) / 1000
+
+    def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
+                        limits: Optional[List[str]] = None) -> Optional[float]:
+        """Read a provider's answer (its status and rate-limit headers:
+        OpenAI's, Anthropic's, the IETF fields, Retry-After, retry-after-ms)
+        and, when they say "wait" (a 429 or 503 with a hint, or a budget
+        with nothing left and a reset), pause the descriptors of the last
+        ``acquire``/``limited`` (or ``descriptors``) for every client.
+        Returns the pause's length in seconds, None when nothing says
+        wait."""
+        wait = _wait_of(status, headers)
+        if wait is None:
+            return None
+        d = descriptors if descriptors is not None else self._last
+        if not d:
+            raise ValueError("report_response: no descriptors (pass descriptors=, or acquire first)")
+        self.pause(d, wait, limits)
+        return wait
+
+    def limited(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+                max_wait: float = 3.0) -> Callable[[F], F]:
+        """A decorator: each call of the function (plain or async) first
+        acquires a place (``acquire``), and releases it when the function
+        returns or raises."""
+        def wrap(fn: F) -> F:
+            if inspect.iscoroutinefunction(fn):
+                aclient = AsyncClient(self.url, self.token, self.timeout)
+
+                @functools.wraps(fn)
+                async def awrapper(*args: Any, **kw: Any) -> Any:
+                    async with await aclient.acquire(descriptors, cost=cost, costs=costs, max_wait=max_wait):
+                        self._last = dict(descriptors)
+                        return await fn(*args, **kw)
+                return awrapper  # type: ignore[return-value]
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kw: Any) -> Any:
+                with self.acquire(descriptors, cost=cost, costs=costs, max_wait=max_wait):
+                    return fn(*args, **kw)
+            return wrapper  # type: ignore[return-value]
+        return wrap
+
+
+def _wait_of(status: int, headers: Headers) -> Optional[float]:
+    wait: Optional[float] = None
+    if status in (429, 503):
+        wait = retry_hint(headers)
+    for l in parse_provider_limits(headers):
+        if l.dimension and l.remaining == 0 and l.reset > 0:
+            wait = l.reset if wait is None else max(wait, l.reset)
+    if wait is not None and wait <= 0:
+        return None
+    return wait
+
+
+class Reservation:
+    """A booked place in the limits' line: act after ``wait`` seconds (from
+    when it was answered), or ``cancel()`` to give the booking back exactly.
+    ``lease`` settles and releases it."""
+
+    def __init__(self, client: Client, decision: Decision) -> None:
+        self._client = client
+        self.decision = decision
+        self.lease: str = decision.lease or ""
+        self.wait: float = decision.wait or 0.0
+        self._done = False
+
+    def cancel(self) -> None:
+        """Return the booking (its tokens, exactly) and its in-flight slots."""
+        if self._done:
+            return
+        self._done = True
+        self._client.settle(self.lease, actual_cost=0)
+        self._client.release(self.lease)
+
+
+class Ticket:
+    """An admitted request: settle it inside the block, and its in-flight
+    slot is released on exit (also on an exception)."""
+
+    def __init__(self, client: Any, decision: Decision) -> None:
+        self._client = client
+        self.decision = decision
+        self.lease: str = decision.lease or ""
+        self._released = False
+
+    def settle(self, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> Any:
+        """Settle the request with what it used (see Client.settle)."""
+        return self._client.settle(self.lease, actual_cost=actual_cost, actual_costs=actual_costs)
+
+    def release(self) -> Any:
+        """Free the in-flight slot (idempotent)."""
+        if self._released:
+            return _done() if isinstance(self._client, AsyncClient) else None
+        self._released = True
+        return self._client.release(self.lease)
+
+    def __enter__(self) -> "Ticket":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    async def __aenter__(self) -> "Ticket":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        r = self.release()
+        if inspect.isawaitable(r):
+            await r
+
+
+async def _done() -> None:
+    return None
+
+
+class AsyncClient:
+    """The asyncio client: the methods of Client as coroutines (each HTTP
+    call runs in a thread; the waits are asyncio sleeps, so a cancelled task
+    cancels its booking)."""
+
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0) -> None:
+        self._c = Client(url, token, timeout)
+        self.url, self.token, self.timeout = self._c.url, token, self._c.timeout
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args, **kw))
+
+    async def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+                    max_wait: Optional[float] = None) -> Decision:
+        """Client.check."""
+        return await self._run(self._c.check, descriptors, cost=cost, costs=costs, max_wait=max_wait)
+
+    async def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+                      max_wait: float) -> "AsyncReservation":
+        """Client.reserve. A task cancelled while the booking is on its way
+        cancels the booking once it arrives."""
+        fut = asyncio.ensure_future(self._run(self._c.reserve, descriptors, cost=cost, costs=costs, max_wait=max_wait))
+        try:
+            r = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            def undo(f: "asyncio.Future[Any]") -> None:
+                if not f.cancelled() and f.exception() is None:
+                    threading.Thread(target=f.result().cancel, daemon=True).start()
+            fut.add_done_callback(undo)
+            raise
+        return AsyncReservation(self, r)
+
+    async def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+                      max_wait: float) -> Ticket:
+        """Client.acquire; a cancelled task while sleeping cancels the
+        booking. The Ticket is an async context manager."""
+        r = await self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait)
+        self._c._last = dict(descriptors)
+        try:
+            if r.wait > 0:
+                await asyncio.sleep(r.wait)
+        except BaseException:
+            await r.cancel()
+            raise
+        return Ticket(self, r.decision)
+
+    async def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> None:
+        """Client.settle."""
+        await self._run(self._c.settle, lease, actual_cost=actual_cost, actual_costs=actual_costs)
+
+    async def release(self, lease: str) -> None:
+        """Client.release."""
+        await self._run(self._c.release, lease)
+
+    async def pause(self, descriptors: Descriptors, retry_after: float, limits: Optional[List[str]] = None) -> float:
+        """Client.pause."""
+        return await self._run(self._c.pause, descriptors, retry_after, limits)
+
+    async def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
+                              limits: Optional[List[str]] = None) -> Optional[float]:
+        """Client.report_response."""
+        return await self._run(self._c.report_response, status, headers, descriptors=descriptors, limits=limits)
+
+    def limited(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
+                max_wait: float = 3.0) -> Callable[[F], F]:
+        """Client.limited (for plain and async functions)."""
+        return self._c.limited(descriptors, cost=cost, costs=costs, max_wait=max_wait)
+
+
+class AsyncReservation:
+    """Reservation for AsyncClient: ``cancel()`` is a coroutine."""
+
+    def __init__(self, client: AsyncClient, r: Reservation) -> None:
+        self._client, self._r = client, r
+        self.decision, self.lease, self.wait = r.decision, r.lease, r.wait
+
+    async def cancel(self) -> None:
+        """Return the booking exactly."""
+        await self._client._run(self._r.cancel)

@@ -1,0 +1,247 @@
+"""The Python client against a real ``sluice serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import unittest
+
+from sluice_client import (AsyncClient, BadRequest, Client, CostExceedsCapacity, RateLimited, ServiceUnavailable,
+                           SluiceError, Unauthorized)
+
+from ._serve import Serve
+
+POLICY = """
+limits:
+  - name: rpm
+    key: "api_key:{api_key}"
+    capacity: 5
+    refill_per_second: 5
+  - name: tpm
+    key: "api_key:{api_key}"
+    capacity: 1000
+    refill_per_second: 1000
+  - name: calls
+    key: "tool:{tool}"
+    max_in_flight: 1
+    lease_ttl: 30s
+"""
+
+
+def setUpModule() -> None:
+    global srv, secured
+    srv = Serve(POLICY)
+    secured = Serve(POLICY, "--auth-token-file", Serve.file("s3cret\n"))
+
+
+def tearDownModule() -> None:
+    srv.stop()
+    secured.stop()
+
+
+_n = 0
+
+
+def key() -> dict:
+    """Descriptors of a fresh api_key, so that tests do not share budgets."""
+    global _n
+    _n += 1
+    return {"api_key": f"k{_n}-{time.monotonic_ns()}"}
+
+
+class Check(unittest.TestCase):
+    def setUp(self) -> None:
+        self.c = Client(srv.url)
+
+    def test_admitted_and_refused(self) -> None:
+        k = key()
+        d = self.c.check(k, costs={"tpm": 900})
+        self.assertTrue(d.allowed)
+        self.assertTrue(d.lease)
+        by = {l.name: l for l in d.limits}
+        self.assertEqual((by["rpm"].capacity, by["rpm"].tokens_remaining), (5, 4))
+        self.assertEqual((by["tpm"].capacity, by["tpm"].tokens_remaining), (1000, 100))
+        d = self.c.check(k, costs={"tpm": 1000})
+        self.assertFalse(d.allowed, "a refusal is a Decision, not an exception")
+        self.assertGreater(d.retry_after, 0.3)  # (900 to refill at 1000/s, less what passed since)
+        self.assertLessEqual(d.retry_after, 0.9)
+        self.assertIsNone(d.lease)
+        self.assertFalse({l.name: l for l in d.limits}["tpm"].allowed)
+
+    def test_check_waits(self) -> None:
+        k = key()
+        self.c.check(k, costs={"tpm": 1000})
+        t0 = time.monotonic()
+        d = self.c.check(k, costs={"tpm": 500}, max_wait=2)
+        self.assertTrue(d.allowed)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.45)
+
+    def test_settle_per_limit(self) -> None:
+        k = key()
+        d = self.c.check(k, costs={"tpm": 900})
+        self.c.settle(d.lease, actual_costs={"tpm": 100})  # 800 back
+        d2 = self.c.check(k, costs={"tpm": 850})
+        self.assertTrue(d2.allowed, "the settle returned the unused 800 tokens exactly")
+        with self.assertRaises(BadRequest) as e:
+            self.c.settle(d.lease, actual_cost=1)
+        self.assertEqual(e.exception.code, "already_settled")
+
+    def test_release(self) -> None:
+        d = self.c.check({"api_key": key()["api_key"], "tool": "t" + key()["api_key"]})
+        tool = {"tool": [l.key for l in d.limits if l.name == "calls"][0].split(":", 1)[1]}
+        self.assertFalse(self.c.check(tool).allowed, "one slot, held")
+        self.c.release(d.lease)
+        self.assertTrue(self.c.check(tool).allowed, "released")
+
+
+class Reserve(unittest.TestCase):
+    def setUp(self) -> None:
+        self.c = Client(srv.url)
+
+    def test_reserve_and_cancel(self) -> None:
+        k = key()
+        self.c.check(k, costs={"tpm": 1000})
+        r = self.c.reserve(k, costs={"tpm": 500}, max_wait=2)
+        self.assertGreater(r.wait, 0.4)
+        self.assertLessEqual(r.wait, 0.51)
+        r.cancel()
+        r2 = self.c.reserve(k, costs={"tpm": 500}, max_wait=2)
+        self.assertLessEqual(r2.wait, r.wait + 0.01, "a cancelled booking is returned exactly: the next one is due no later")
+        with self.assertRaises(RateLimited) as e:
+            self.c.reserve(k, costs={"tpm": 1000}, max_wait=0.2)
+        self.assertGreater(e.exception.retry_after, 0.2)
+
+    def test_acquire_sleeps_and_releases(self) -> None:
+        k = dict(key(), tool="t" + key()["api_key"])
+        self.c.check({"api_key": k["api_key"]}, costs={"tpm": 1000})
+        t0 = time.monotonic()
+        with self.c.acquire(k, costs={"tpm": 300}, max_wait=2) as t:
+            self.assertGreaterEqual(time.monotonic() - t0, 0.28)
+            self.assertFalse(self.c.check({"tool": k["tool"]}).allowed, "the slot is held inside the block")
+            t.settle(actual_costs={"tpm": 0})
+        self.assertTrue(self.c.check({"tool": k["tool"]}).allowed, "released on exit")
+        with self.assertRaises(ZeroDivisionError):
+            with self.c.acquire({"tool": k["tool"] + "x"}, max_wait=1):
+                1 / 0
+        self.assertTrue(self.c.check({"tool": k["tool"] + "x"}).allowed, "released on an exception too")
+
+    def test_decorator(self) -> None:
+        k = key()
+        calls = []
+
+        @self.c.limited(k, costs={"tpm": 400}, max_wait=3)
+        def ask(x: int) -> int:
+            calls.append(time.monotonic())
+            return x * 2
+
+        self.assertEqual([ask(i) for i in range(3)], [0, 2, 4])
+        self.assertGreaterEqual(calls[2] - calls[0], 0.15, "1000 tokens/s: the third 400 waits")
+
+        @self.c.limited(k, costs={"tpm": 400}, max_wait=3)
+        async def aask(x: int) -> int:
+            return x + 1
+
+        self.assertEqual(asyncio.run(aask(1)), 2)
+
+
+class Pause(unittest.TestCase):
+    def test_pause_seen_by_another_client(self) -> None:
+        a, b = Client(srv.url), Client(srv.url)
+        k = key()
+        until = a.pause(k, 2)
+        self.assertAlmostEqual(until, time.time() + 2, delta=0.5)
+        self.assertFalse(b.check(k).allowed, "paused for every client")
+        self.assertTrue(b.check(k, max_wait=4).allowed)
+
+    def test_report_response(self) -> None:
+        a, b = Client(srv.url), Client(srv.url)
+        k = key()
+        self.assertIsNone(a.report_response(200, {"x-ratelimit-remaining-tokens": "29000"}, descriptors=k))
+        wait = a.report_response(429, {"retry-after-ms": "1500", "Retry-After": "0"}, descriptors=k)
+        self.assertEqual(wait, 1.5, "the longest hint")
+        self.assertFalse(b.check(k).allowed)
+        with a.acquire(k, max_wait=3):
+            pass
+        wait = a.report_response(200, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"})
+        self.assertEqual(wait, 1.5, "nothing left with a reset: pause the last acquire's descriptors")
+        self.assertFalse(b.check(k).allowed)
+        with self.assertRaises(ValueError):
+            Client(srv.url).report_response(429, {"Retry-After": "1"})
+
+
+class Errors(unittest.TestCase):
+    def test_codes(self) -> None:
+        c = Client(srv.url)
+        with self.assertRaises(CostExceedsCapacity) as e:
+            c.check(key(), costs={"tpm": 5000})
+        self.assertEqual(e.exception.limit, "tpm")
+        with self.assertRaises(BadRequest) as e:
+            c.check(key(), costs={"nope": 1})
+        self.assertEqual(e.exception.code, "unknown_limit")
+        with self.assertRaises(BadRequest) as e:
+            c.settle("no-such-lease", actual_cost=1)
+        self.assertEqual((e.exception.status, e.exception.code), (404, "unknown_lease"))
+        with self.assertRaises(BadRequest):
+            c.pause(key(), 100000)  # more than 24 h
+        with self.assertRaises(Unauthorized):
+            Client(secured.url).check(key())
+        self.assertTrue(Client(secured.url, token="s3cret").check(key()).allowed)
+        for bad in ({}, None, "x"):
+            with self.assertRaises(ValueError):
+                c.check(bad)  # type: ignore[arg-type]
+        with self.assertRaises(ValueError):
+            c.check(key(), max_wait=-1)
+        with self.assertRaises(ValueError):
+            Client("localhost:8080")
+        self.assertTrue(issubclass(RateLimited, SluiceError) and issubclass(ServiceUnavailable, SluiceError))
+
+    def test_service_down(self) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        t0 = time.monotonic()
+        with self.assertRaises(ServiceUnavailable) as e:
+            Client(f"http://127.0.0.1:{port}", timeout=1).check(key())
+        self.assertIsNone(e.exception.status)
+        self.assertLess(time.monotonic() - t0, 2)
+
+    def test_service_hangs(self) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)  # accepts, never answers
+        try:
+            t0 = time.monotonic()
+            with self.assertRaises(ServiceUnavailable):
+                Client(f"http://127.0.0.1:{s.getsockname()[1]}", timeout=0.5).check(key())
+            self.assertLess(time.monotonic() - t0, 2, "no hang past the timeout")
+        finally:
+            s.close()
+
+
+class Async(unittest.TestCase):
+    def test_async_acquire_and_cancel(self) -> None:
+        async def main() -> None:
+            c = AsyncClient(srv.url)
+            sync = Client(srv.url)
+            k = key()
+            d = await c.check(k, costs={"tpm": 1000})
+            self.assertTrue(d.allowed)
+            task = asyncio.ensure_future(c.acquire(k, costs={"tpm": 800}, max_wait=3))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.5)
+            r = sync.reserve(k, costs={"tpm": 800}, max_wait=3)
+            self.assertLessEqual(r.wait, 0.4, "the cancelled task's booking came back: 800 tokens due 0.8 s after the first check, not 1.6 s")
+            r.cancel()
+            async with await c.acquire(k, costs={"tpm": 10}, max_wait=3) as t:
+                await t.settle(actual_costs={"tpm": 0})
+        asyncio.run(main())
+
+
+if __name__ == "__main__":
+    unittest.main()
