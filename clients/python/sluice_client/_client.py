@@ -289,7 +289,11 @@ class Reservation:
         if self._done:
             return
         self._done = True
-        self._client.settle(self.lease, actual_cost=0)
+        try:
+            self._client.settle(self.lease, actual_cost=0)
+        except BadRequest as e:
+            if e.code != "already_settled":  # (a booking of in-flight slots alone took no tokens)
+                raise
         self._client.release(self.lease)
 
 

@@ -94,6 +94,9 @@ class Check(unittest.TestCase):
         self.assertFalse(self.c.check(tool).allowed, "one slot, held")
         self.c.release(d.lease)
         self.assertTrue(self.c.check(tool).allowed, "released")
+        slot = {"tool": "c" + key()["api_key"]}
+        self.c.reserve(slot, max_wait=1).cancel()  # a booking of a slot alone: nothing to return but the slot
+        self.assertTrue(self.c.check(slot).allowed, "a cancelled slot-only booking frees its slot")
 
 
 class Reserve(unittest.TestCase):

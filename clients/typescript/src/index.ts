@@ -1,0 +1,291 @@
+/**
+ * @sluice/client: one rate-limit budget, on a `sluice serve`, for every process — no runtime dependencies (Node >= 18's fetch).
+ *
+ * ```ts
+ * import { Client } from "@sluice/client";
+ * const client = new Client({ url: "http://127.0.0.1:8080" });
+ * const ask = client.limited(async (prompt: string) => callTheApi(prompt), { descriptors: { api_key: "k1" }, costs: { tpm: 800 } });
+ * ```
+ */
+
+import {
+  BadRequestError, CostExceedsCapacityError, RateLimitedError, ServiceUnavailableError, SluiceError, UnauthorizedError,
+} from "./errors.js";
+import { parseProviderLimits, retryHint, type HeadersLike } from "./headers.js";
+
+export * from "./errors.js";
+export { parseProviderLimits, retryHint, parseRetryAfter, parseRateLimitField, MAX_PROVIDER_RESET } from "./headers.js";
+export type { ProviderLimit, HeadersLike } from "./headers.js";
+
+/** Descriptor names to values, e.g. `{ api_key: "k1" }`. */
+export type Descriptors = Record<string, string>;
+
+/** One limit of a decision, as the service reports it. */
+export interface Limit {
+  name: string;
+  key: string;
+  algorithm: string;
+  capacity: number;
+  refillPerSecond: number;
+  tokensRemaining: number;
+  tokenCost: number;
+  allowed: boolean;
+}
+
+/** A check's answer. A refusal is a Decision with `allowed` false (and `retryAfter`, seconds), not an exception. `lease` settles and releases an admitted request; `wait` is, for a reservation, the seconds after which it may act. */
+export interface Decision {
+  allowed: boolean;
+  retryAfter: number;
+  lease: string | undefined;
+  limits: Limit[];
+  wait: number | undefined;
+}
+
+/** What a request costs: `cost` for every limit, `costs` per limit name, and how long it may wait in line (`maxWait`, seconds). */
+export interface CheckOptions {
+  descriptors: Descriptors;
+  cost?: number;
+  costs?: Record<string, number>;
+  maxWait?: number;
+}
+
+/** CheckOptions with a wait, and an AbortSignal that cancels the wait (and returns the booking). */
+export interface ReserveOptions extends CheckOptions {
+  maxWait: number;
+  signal?: AbortSignal;
+}
+
+/** What a request used: `actualCost` for its limits, `actualCosts` per limit name (the others keep what they took). */
+export interface SettleOptions {
+  actualCost?: number;
+  actualCosts?: Record<string, number>;
+}
+
+/** A booked place in the limits' line: act after `wait` seconds, or `cancel()` to return the booking exactly. */
+export interface Reservation {
+  wait: number;
+  lease: string;
+  decision: Decision;
+  cancel(): Promise<void>;
+}
+
+/** An admitted request: `settle` it with what it used, `release()` its in-flight slot when done (idempotent). */
+export interface Ticket {
+  lease: string;
+  decision: Decision;
+  settle(opts: SettleOptions): Promise<void>;
+  release(): Promise<void>;
+}
+
+function seconds(v: number | undefined, what: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== "number" || !(v >= 0) || !Number.isFinite(v)) throw new TypeError(`${what} must be a non-negative number of seconds, not ${String(v)}`);
+  return Math.ceil(v * 1000); // rounded up: never less than asked
+}
+
+function checkBody(o: CheckOptions, reserve: boolean): Record<string, unknown> {
+  const d = o?.descriptors;
+  if (d === null || typeof d !== "object" || Array.isArray(d) || Object.keys(d).length === 0) {
+    throw new TypeError(`descriptors must be a non-empty object of names to values, not ${JSON.stringify(d)}`);
+  }
+  const b: Record<string, unknown> = { descriptors: Object.fromEntries(Object.entries(d).map(([k, v]) => [k, String(v)])) };
+  if (o.cost !== undefined) b.cost = o.cost;
+  if (o.costs && Object.keys(o.costs).length > 0) b.costs = o.costs;
+  const mw = seconds(o.maxWait, "maxWait");
+  if (mw !== undefined) b.max_wait_ms = mw;
+  if (reserve) b.reserve = true;
+  return b;
+}
+
+function decision(body: any): Decision {
+  return {
+    allowed: Boolean(body?.allowed),
+    retryAfter: Number(body?.retry_after_ms ?? 0) / 1000,
+    lease: body?.lease || undefined,
+    wait: body?.wait_ms === undefined ? undefined : Number(body.wait_ms) / 1000,
+    limits: (body?.limits ?? []).map((l: any) => ({
+      name: String(l.name ?? ""), key: String(l.key ?? ""), algorithm: String(l.algorithm ?? ""), capacity: Number(l.capacity ?? 0),
+      refillPerSecond: Number(l.refill_per_second ?? 0), tokensRemaining: Number(l.tokens_remaining ?? 0), tokenCost: Number(l.token_cost ?? 0),
+      allowed: Boolean(l.allowed),
+    })),
+  };
+}
+
+function errorOf(status: number, body: any, raw: string): SluiceError {
+  const code: string | undefined = body?.code;
+  const msg = "sluice: " + (body?.error || raw.trim() || `HTTP ${status}`);
+  if (status === 401) return new UnauthorizedError(msg, { status, code });
+  if (status === 429) return new RateLimitedError(msg, Number(body?.retry_after_ms ?? 0) / 1000, { status, code });
+  if (code === "cost_exceeds_capacity") return new CostExceedsCapacityError(msg, body?.limit, { status, code });
+  if (status === 503) return new ServiceUnavailableError(msg, { status, code, retryAfter: body?.retry_after_ms === undefined ? undefined : Number(body.retry_after_ms) / 1000 });
+  if (status >= 400 && status < 500) return new BadRequestError(msg, { status, code });
+  return new SluiceError(msg, { status, code });
+}
+
+function sleep(s: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason ?? new Error("aborted"));
+    const t = setTimeout(() => { signal?.removeEventListener("abort", onAbort); resolve(); }, s * 1000);
+    const onAbort = () => { clearTimeout(t); reject(signal!.reason ?? new Error("aborted")); };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** How long a provider's answer says to wait (seconds): the 429/503 hint, or a budget at 0 with a reset; undefined when nothing says wait. */
+function waitOf(status: number, headers: HeadersLike): number | undefined {
+  let wait = status === 429 || status === 503 ? retryHint(headers) : undefined;
+  for (const l of parseProviderLimits(headers)) {
+    if (l.dimension && l.remaining === 0 && l.reset > 0) wait = wait === undefined ? l.reset : Math.max(wait, l.reset);
+  }
+  return wait !== undefined && wait > 0 ? wait : undefined;
+}
+
+/**
+ * A client of `sluice serve` at `url` (`http://host:port`). `token` is the bearer token the service wants
+ * (`--auth-token-file`); `timeout` (seconds, default 5) bounds every call: a service that does not answer in time, or
+ * cannot be reached, throws ServiceUnavailableError; a check that waits (`maxWait`) may take that much longer.
+ * Durations are seconds.
+ */
+export class Client {
+  readonly url: string;
+  readonly token: string | undefined;
+  readonly timeout: number;
+  private last: Descriptors | undefined;
+
+  constructor(opts: { url: string; token?: string; timeout?: number }) {
+    const { url, token, timeout = 5 } = opts ?? ({} as any);
+    if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`url must be http://host:port or https://..., not ${String(url)}`);
+    if (typeof timeout !== "number" || !(timeout > 0) || !Number.isFinite(timeout)) throw new TypeError(`timeout must be a positive number of seconds, not ${String(timeout)}`);
+    this.url = url.replace(/\/+$/, "");
+    this.token = token;
+    this.timeout = timeout;
+  }
+
+  private async post(path: string, body: unknown, wait = 0, ok: number[] = [200]): Promise<any> {
+    const ctl = new AbortController();
+    const limit = this.timeout + wait;
+    const timer = setTimeout(() => ctl.abort(), limit * 1000);
+    let status: number;
+    let raw: string;
+    try {
+      const headers: Record<string, string> = { "Content-Type": "application/json" };
+      if (this.token) headers.Authorization = `Bearer ${this.token}`;
+      const res = await fetch(this.url + path, { method: "POST", headers, body: JSON.stringify(body), signal: ctl.signal });
+      status = res.status;
+      raw = await res.text();
+    } catch (e) {
+      throw new ServiceUnavailableError(`sluice: ${this.url} could not be reached within ${limit} s: ${(e as Error)?.message ?? e}`);
+    } finally {
+      clearTimeout(timer);
+    }
+    let parsed: any = {};
+    try {
+      parsed = raw.trim() ? JSON.parse(raw) : {};
+    } catch {
+      parsed = {};
+    }
+    if (ok.includes(status)) return parsed;
+    throw errorOf(status, parsed, raw);
+  }
+
+  /** Admit one request, waiting in the limits' line up to `maxWait` seconds (the service holds the call). A refusal is a Decision with `allowed` false. */
+  async check(o: CheckOptions): Promise<Decision> {
+    return decision(await this.post("/v1/check", checkBody(o, false), o.maxWait ?? 0, [200, 429]));
+  }
+
+  /** Book a place in the line without holding a connection. Throws RateLimitedError when the wait would exceed `maxWait` (nothing booked). An aborted `signal` returns the booking. */
+  async reserve(o: ReserveOptions): Promise<Reservation> {
+    if (o?.maxWait === undefined) throw new TypeError("reserve needs maxWait (seconds)");
+    o.signal?.throwIfAborted();
+    const d = decision(await this.post("/v1/check", checkBody(o, true), 0, [200, 429]));
+    if (!d.allowed) throw new RateLimitedError(`sluice: not admitted within maxWait (${o.maxWait} s); retry after ${d.retryAfter} s`, d.retryAfter);
+    let done = false;
+    const r: Reservation = {
+      wait: d.wait ?? 0, lease: d.lease ?? "", decision: d,
+      cancel: async () => {
+        if (done) return;
+        done = true;
+        try {
+          await this.settle(r.lease, { actualCost: 0 });
+        } catch (e) {
+          // a booking that took no tokens (only in-flight slots) has nothing to return
+          if (!(e instanceof BadRequestError && e.code === "already_settled")) throw e;
+        }
+        await this.release(r.lease);
+      },
+    };
+    if (o.signal?.aborted) {
+      await r.cancel();
+      o.signal.throwIfAborted();
+    }
+    return r;
+  }
+
+  /** Book, wait the turn, and return a ticket; `release()` it when done. An aborted `signal` while waiting cancels the booking. */
+  async acquire(o: ReserveOptions): Promise<Ticket> {
+    const r = await this.reserve(o);
+    this.last = { ...o.descriptors };
+    try {
+      if (r.wait > 0) await sleep(r.wait, o.signal);
+    } catch (e) {
+      await r.cancel();
+      throw e;
+    }
+    let released = false;
+    return {
+      lease: r.lease, decision: r.decision,
+      settle: (s: SettleOptions) => this.settle(r.lease, s),
+      release: async () => {
+        if (released) return;
+        released = true;
+        await this.release(r.lease);
+      },
+    };
+  }
+
+  /** Replace a request's cost by what it used: the unused part returned exactly, an excess charged. */
+  async settle(lease: string, s: SettleOptions): Promise<void> {
+    if (!lease) throw new TypeError("lease is empty (a refused request has none)");
+    const b: Record<string, unknown> = { lease };
+    if (s?.actualCost !== undefined) b.actual_cost = s.actualCost;
+    if (s?.actualCosts && Object.keys(s.actualCosts).length > 0) b.actual_costs = s.actualCosts;
+    await this.post("/v1/settle", b);
+  }
+
+  /** Free a request's in-flight slots before they expire. */
+  async release(lease: string): Promise<void> {
+    if (!lease) throw new TypeError("lease is empty (a refused request has none)");
+    await this.post("/v1/release", { lease });
+  }
+
+  /** A server's retry hint for every client: the limits of `descriptors` (`limits` names some; default every token-bucket limit that applies) admit nothing for `retryAfter` seconds. Resolves to the pause's end, Unix seconds. */
+  async pause(o: { descriptors: Descriptors; retryAfter: number; limits?: string[] }): Promise<number> {
+    const ms = seconds(o?.retryAfter, "retryAfter") ?? 0;
+    const b: Record<string, unknown> = { descriptors: checkBody({ descriptors: o.descriptors }, false).descriptors, retry_after_ms: Math.max(ms, 1) };
+    if (o.limits && o.limits.length > 0) b.limits = o.limits;
+    const ans = await this.post("/v1/pause", b);
+    return Number(ans.paused_until_ms ?? 0) / 1000;
+  }
+
+  /** Wrap an async function: each call first acquires a place, and releases it when the function settles. */
+  limited<A extends unknown[], R>(fn: (...args: A) => Promise<R> | R, o: CheckOptions & { maxWait?: number }): (...args: A) => Promise<R> {
+    return async (...args: A) => {
+      const t = await this.acquire({ ...o, maxWait: o.maxWait ?? 3 });
+      try {
+        return await fn(...args);
+      } finally {
+        await t.release();
+      }
+    };
+  }
+
+  /** Read a provider's answer (a fetch Response, or `{status, headers}`) and, when its rate-limit headers say wait (a 429/503 with a hint, or a budget at 0 with a reset), pause the last `acquire`/`limited`'s descriptors (or `descriptors`) for every client. Resolves to the pause's length in seconds, undefined when nothing says wait. */
+  async reportResponse(response: { status: number; headers: HeadersLike }, o: { descriptors?: Descriptors; limits?: string[] } = {}): Promise<number | undefined> {
+    const wait = waitOf(response.status, response.headers);
+    if (wait === undefined) return undefined;
+    const d = o.descriptors ?? this.last;
+    if (!d) throw new TypeError("reportResponse: no descriptors (pass descriptors, or acquire first)");
+    await this.pause({ descriptors: d, retryAfter: wait, limits: o.limits });
+    return wait;
+  }
+}

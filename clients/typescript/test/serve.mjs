@@ -1,0 +1,48 @@
+// Starts a real `sluice serve` for the tests (the binary in $SLUICE_BIN, else
+// one built from this repository with `go build`) on a free loopback port.
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, dirname } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+let built;
+
+export function binary() {
+  if (process.env.SLUICE_BIN) return process.env.SLUICE_BIN;
+  if (!built) {
+    built = join(mkdtempSync(join(tmpdir(), "sluice-ts-")), "sluice");
+    execFileSync("go", ["build", "-o", built, "./cmd/sluice"], { cwd: root, stdio: "inherit" });
+  }
+  return built;
+}
+
+export function tempFile(content) {
+  const p = join(mkdtempSync(join(tmpdir(), "sluice-ts-")), "f");
+  writeFileSync(p, content);
+  return p;
+}
+
+/** serve(policy, ...args) resolves to {url, stop()} once the service serves. */
+export function serve(policy, ...args) {
+  const proc = spawn(binary(), ["serve", "--config", tempFile(policy), "--http", "127.0.0.1:0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
+  const logs = [];
+  return new Promise((resolve, reject) => {
+    const rl = createInterface({ input: proc.stderr });
+    rl.on("line", (line) => {
+      logs.push(line);
+      try {
+        const rec = JSON.parse(line);
+        if (rec.msg === "sluice serving") {
+          resolve({
+            url: "http://" + rec.http,
+            stop: () => new Promise((r) => { proc.once("exit", r); proc.kill("SIGTERM"); }),
+          });
+        }
+      } catch {}
+    });
+    proc.once("exit", () => reject(new Error("sluice serve exited before serving:\n" + logs.join("\n"))));
+  });
+}
