@@ -40,6 +40,12 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
 	apt_install redis-server redis-tools
 fi
 redis-server --version
+# The Python and TypeScript clients (clients/): python3 >= 3.9 and Node >= 18
+# with npm, from Debian's packages when missing.
+if ! command -v python3 >/dev/null; then apt_install python3 python3-venv; fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install nodejs npm; fi
+python3 --version
+echo "node $(node --version), npm $(npm --version)"
 
 # The workspace's modules (go.work; see "Modules" in the README) are
 # tested together: patterns name every module's packages. bench/ is a
@@ -106,6 +112,24 @@ step "benchmarks compile and run once (bench/)"
 # through a real Redis (BENCHMARKS.md "One provider budget" has the 20 s run).
 step "shared provider budget across worker processes (bench/llmproof)"
 (cd bench && GOWORK=off go test -count=1 -run TestProof ./llmproof/)
+
+# The clients, against a real sluice serve their tests start: the binary
+# built once here. The TypeScript build (npm ci: typescript, pinned in
+# package-lock.json) also serves cmd/sluice's cross-language test below.
+step "clients: build (sluice, @sluice/client) and install (sluice_client)"
+clientdir=$(mktemp -d)
+trap 'rm -rf "$clientdir"' EXIT
+go build -o "$clientdir/sluice" ./cmd/sluice
+(cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
+python3 -m venv "$clientdir/venv"
+"$clientdir/venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
+"$clientdir/venv/bin/python" -c 'import sluice_client; print("pip install ./clients/python: sluice_client", sluice_client.__version__)'
+
+step "clients: Python tests (clients/python)"
+(cd clients/python && SLUICE_BIN="$clientdir/sluice" python3 -m unittest discover -s tests -t .)
+
+step "clients: TypeScript tests (clients/typescript)"
+(cd clients/typescript && SLUICE_BIN="$clientdir/sluice" node --test test/)
 
 # Last, so that the run closes on go test's own summary lines.
 step "go test -race"

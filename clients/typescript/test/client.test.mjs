@@ -5,7 +5,7 @@ import { createServer } from "node:net";
 import {
   Client, RateLimitedError, CostExceedsCapacityError, BadRequestError, UnauthorizedError, ServiceUnavailableError, SluiceError,
 } from "../dist/index.js";
-import { serve, tempFile } from "./serve.mjs";
+import { serve, tempFile } from "../support/serve.mjs";
 
 const POLICY = `
 limits:

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The client workers of the Python and TypeScript clients
+// (clients/python/tests/worker.py, clients/typescript/support/worker.mjs).
+var (
+	pyWorker   = filepath.Join("..", "..", "clients", "python", "tests", "worker.py")
+	nodeWorker = filepath.Join("..", "..", "clients", "typescript", "support", "worker.mjs")
+)
+
+// worker runs one client worker process of lang ("python" or "node") and
+// decodes the JSON line it prints (numbers, and booleans as 0 or 1). It
+// runs on goroutines of its own: it reports failures with t.Error.
+func worker(t *testing.T, lang string, args ...string) map[string]float64 {
+	var cmd *exec.Cmd
+	if lang == "python" {
+		cmd = exec.Command("python3", append([]string{pyWorker}, args...)...)
+	} else {
+		cmd = exec.Command("node", append([]string{nodeWorker}, args...)...)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Errorf("%s worker %v: %v\n%s", lang, args, err, stderr)
+		return nil
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(out, &raw); err != nil {
+		t.Errorf("%s worker: %v: %q", lang, err, out)
+		return nil
+	}
+	rep := map[string]float64{}
+	for k, v := range raw {
+		switch v := v.(type) {
+		case float64:
+			rep[k] = v
+		case bool:
+			if v {
+				rep[k] = 1
+			}
+		}
+	}
+	return rep
+}
+
+func needClients(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join("..", "..", "clients", "typescript", "dist", "index.js")); err != nil {
+		t.Fatal("the TypeScript client is not built: run `npm ci && npm run build` in clients/typescript (scripts/test.sh does)")
+	}
+	for _, bin := range []string{"python3", "node"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is needed for the cross-language tests: %v", bin, err)
+		}
+	}
+}
+
+// Two Python and two Node processes share one budget on sluice serve — in
+// memory on one instance, and on Redis through two instances: together
+// they admit at most B + r*t and at least 95 % of it, and requests booked
+// one after another by alternating languages are admitted in that order.
+func TestClientsShareOneBudget(t *testing.T) {
+	needClients(t)
+	const B, r = 20, 50.0
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, fmt.Sprintf("limits:\n  - name: shared\n    key: \"k:{k}\"\n    capacity: %d\n    refill_per_second: %v\n  - name: slow\n    key: \"slow:{slow}\"\n    capacity: 1\n    refill_per_second: 4\n", B, r))
+	mem := serve(t, "--config", pol)
+	srv := startRedis(t)
+	ra := serve(t, "--config", pol, "--store", "redis://"+srv.Addr)
+	rb := serve(t, "--config", pol, "--store", "redis://"+srv.Addr)
+	for _, tc := range []struct {
+		name string
+		urls []string // per worker: python, node, python, node
+	}{
+		{"memory", []string{mem.addr, mem.addr, mem.addr, mem.addr}},
+		{"redis", []string{ra.addr, rb.addr, rb.addr, ra.addr}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			langs := []string{"python", "node", "python", "node"}
+			key := fmt.Sprintf("%s-%d", tc.name, time.Now().UnixNano())
+			start := time.Now().Add(2500 * time.Millisecond) // after every process has started
+			until := start.Add(4 * time.Second)
+			reps := make([]map[string]float64, 4)
+			var wg sync.WaitGroup
+			for i, lang := range langs {
+				wg.Go(func() {
+					reps[i] = worker(t, lang, "load", tc.urls[i], key, ms(start), ms(until), "4")
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			var admitted, refused, last float64
+			for _, rep := range reps {
+				admitted += rep["admitted"]
+				refused += rep["refused"]
+				last = max(last, rep["last_ms"])
+			}
+			span := (last - float64(start.UnixMilli())) / 1000
+			upper, lower := B+r*span, 0.95*(B+r*until.Sub(start).Seconds())
+			t.Logf("admitted %v (python %v %v, node %v %v), refused %v; B + r*t = %.1f over %.2f s", admitted,
+				reps[0]["admitted"], reps[2]["admitted"], reps[1]["admitted"], reps[3]["admitted"], refused, upper, span)
+			if admitted > upper+1 || admitted < lower {
+				t.Fatalf("rule: four processes in two languages share one budget: admitted %v, want within [%.1f, %.1f]", admitted, lower, upper)
+			}
+			for i, rep := range reps {
+				if rep["admitted"] == 0 {
+					t.Errorf("worker %d (%s) was never admitted: %v", i, langs[i], rep)
+				}
+			}
+
+			// FIFO across the languages: a bucket of 1 token refilled every
+			// 250 ms; four bookings arriving 150 ms apart, in the order
+			// python, node, python, node, are due at 0, 250, 500 and 750 ms
+			// and admitted in that order.
+			slow := fmt.Sprintf("slow-%s-%d", tc.name, time.Now().UnixNano())
+			at := time.Now().Add(2500 * time.Millisecond)
+			got := make([]float64, 4)
+			for i, lang := range langs {
+				wg.Go(func() {
+					rep := worker(t, lang, "fifo", tc.urls[i], slow, ms(at.Add(time.Duration(i)*150*time.Millisecond)))
+					if rep["allowed"] != 1 {
+						t.Errorf("%s booking %d not admitted: %v", lang, i, rep)
+					}
+					got[i] = rep["admitted_ms"]
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			order := []int{0, 1, 2, 3}
+			slices.SortFunc(order, func(a, b int) int { return int(got[a] - got[b]) })
+			t.Logf("admitted at %v ms after the first arrival", []float64{got[0] - float64(at.UnixMilli()), got[1] - float64(at.UnixMilli()), got[2] - float64(at.UnixMilli()), got[3] - float64(at.UnixMilli())})
+			if !slices.Equal(order, []int{0, 1, 2, 3}) {
+				t.Fatalf("rule: bookings are admitted in their order of arrival, whatever the language: order %v (%v)", order, got)
+			}
+		})
+	}
+}
+
+func ms(t time.Time) string { return fmt.Sprint(t.UnixMilli()) }
