@@ -30,15 +30,26 @@ limits:
 """
 
 
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def setUpModule() -> None:
-    global srv, secured
+    global srv, secured, storeless
     srv = Serve(POLICY)
     secured = Serve(POLICY, "--auth-token-file", Serve.file("s3cret\n"))
+    # a store nobody answers on, failing closed: every check is a 503 store_error
+    storeless = Serve(POLICY, "--store", f"redis://127.0.0.1:{free_port()}", "--store-timeout", "200ms", "--on-store-error", "fail_closed")
 
 
 def tearDownModule() -> None:
     srv.stop()
     secured.stop()
+    storeless.stop()
 
 
 _n = 0
@@ -130,6 +141,18 @@ class Reserve(unittest.TestCase):
                 1 / 0
         self.assertTrue(self.c.check({"tool": k["tool"] + "x"}).allowed, "released on an exception too")
 
+    def test_keyboard_interrupt_cancels_the_booking(self) -> None:
+        import _thread
+        k = key()
+        self.c.check(k, costs={"tpm": 1000})
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        with self.assertRaises(KeyboardInterrupt):
+            self.c.acquire(k, costs={"tpm": 800}, max_wait=3)  # sleeps 0.8 s
+        time.sleep(0.3)
+        r = self.c.reserve(k, costs={"tpm": 800}, max_wait=3)
+        self.assertLessEqual(r.wait, 0.4, "the interrupted booking came back: 800 tokens due 0.8 s after the first check, not 1.6 s")
+        r.cancel()
+
     def test_decorator(self) -> None:
         k = key()
         calls = []
@@ -199,12 +222,12 @@ class Errors(unittest.TestCase):
         with self.assertRaises(ValueError):
             Client("localhost:8080")
         self.assertTrue(issubclass(RateLimited, SluiceError) and issubclass(ServiceUnavailable, SluiceError))
+        with self.assertRaises(ServiceUnavailable) as e:
+            Client(storeless.url).check(key())
+        self.assertEqual((e.exception.status, e.exception.code), (503, "store_error"))
 
     def test_service_down(self) -> None:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+        port = free_port()
         t0 = time.monotonic()
         with self.assertRaises(ServiceUnavailable) as e:
             Client(f"http://127.0.0.1:{port}", timeout=1).check(key())

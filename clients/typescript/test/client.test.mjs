@@ -23,7 +23,8 @@ limits:
     lease_ttl: 30s
 `;
 
-let srv, secured, c;
+let srv, secured, storeless, c;
+const freePort = () => new Promise((r) => { const s = createServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => r(p)); }); });
 let n = 0;
 const key = () => ({ api_key: `k${++n}-${process.hrtime.bigint()}` });
 const now = () => performance.now() / 1000;
@@ -31,11 +32,14 @@ const now = () => performance.now() / 1000;
 before(async () => {
   srv = await serve(POLICY);
   secured = await serve(POLICY, "--auth-token-file", tempFile("s3cret\n"));
+  // a store nobody answers on, failing closed: every check is a 503 store_error
+  storeless = await serve(POLICY, "--store", `redis://127.0.0.1:${await freePort()}`, "--store-timeout", "200ms", "--on-store-error", "fail_closed");
   c = new Client({ url: srv.url });
 });
 after(async () => {
   await srv?.stop();
   await secured?.stop();
+  await storeless?.stop();
 });
 
 test("admitted and refused", async () => {
@@ -135,10 +139,11 @@ test("every error code mapped", async () => {
   await assert.rejects(c.check({ descriptors: key(), maxWait: -1 }), TypeError);
   assert.throws(() => new Client({ url: "localhost:8080" }), TypeError);
   assert.ok(new RateLimitedError("x", 1) instanceof SluiceError && new ServiceUnavailableError("x") instanceof SluiceError);
+  await assert.rejects(new Client({ url: storeless.url }).check({ descriptors: key() }), (e) => e instanceof ServiceUnavailableError && e.status === 503 && e.code === "store_error");
 });
 
 test("a service that is down or silent: ServiceUnavailableError within the timeout", async () => {
-  const free = await new Promise((r) => { const s = createServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => r(p)); }); });
+  const free = await freePort();
   let t0 = now();
   await assert.rejects(new Client({ url: `http://127.0.0.1:${free}`, timeout: 1 }).check({ descriptors: key() }), (e) => e instanceof ServiceUnavailableError && e.status === undefined);
   assert.ok(now() - t0 < 2);
