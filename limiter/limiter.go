@@ -190,6 +190,19 @@ func WithLogger(l *slog.Logger) Option { return func(x *Limiter) { x.log = l } }
 // WithRegisterer registers the limiter's Prometheus metrics with r.
 func WithRegisterer(r prometheus.Registerer) Option { return func(x *Limiter) { x.reg = r } }
 
+// KeyObserver receives, for every decision (peeks excepted), each limit's
+// key as statuses show it (redacted descriptors as hashes), the cost it
+// admitted (0 when the request was refused) and whether that limit refused
+// it. It is called on the deciding goroutine: it must be quick and safe for
+// concurrent use.
+type KeyObserver interface {
+	ObserveKey(limit, key string, admitted int64, refused bool)
+}
+
+// WithKeyObserver sets o to receive every decision's keys (the heaviest
+// keys of sluice serve's /v1/top).
+func WithKeyObserver(o KeyObserver) Option { return func(x *Limiter) { x.keys = o } }
+
 // Limiter checks requests against a policy. It is safe for concurrent use;
 // SetPolicy swaps the policy atomically.
 type Limiter struct {
@@ -197,6 +210,7 @@ type Limiter struct {
 	kb         store.KeyBorrower // st, when it lends keys; else nil
 	log        *slog.Logger
 	reg        prometheus.Registerer
+	keys       KeyObserver
 	compiled   atomic.Pointer[compiled]
 	logs       *bucket.Bucket
 	suppressed atomic.Int64

@@ -57,6 +57,17 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 		if !st.Allowed && l.log != nil {
 			l.logRefusal(c, which[j], st, req)
 		}
+		if l.keys != nil {
+			key := st.Key
+			if len(c.p.Redact) > 0 {
+				key, _ = c.p.DisplayKey(c.p.Limits[which[j]], req.Descriptors)
+			}
+			admitted := int64(0)
+			if res.Allowed {
+				admitted = st.TokenCost
+			}
+			l.keys.ObserveKey(st.Name, key, admitted, !st.Allowed)
+		}
 	}
 }
 

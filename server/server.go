@@ -91,6 +91,10 @@ type Config struct {
 	// request, so it reports the configuration in force). Nil: /v1/policy
 	// answers 404 there, like every /v1/ path.
 	EnvoyPolicy func() any
+	// Top, when set, answers GET /v1/top (the heaviest keys per limit);
+	// the Limiter must have been made with limiter.WithKeyObserver(Top).
+	// Nil: /v1/top answers 404 top_off.
+	Top *Top
 }
 
 // Server is the HTTP service. It is safe for concurrent use.
@@ -139,6 +143,7 @@ func New(cfg Config) (*Server, error) {
 		s.mux.HandleFunc("POST /v1/settle", s.auth(s.settle))
 		s.mux.HandleFunc("POST /v1/pause", s.auth(s.pause))
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
+		s.mux.HandleFunc("GET /v1/top", s.auth(s.top))
 	} else {
 		// Envoy-config mode: decisions are served over gRPC only.
 		if cfg.EnvoyPolicy != nil {

@@ -39,6 +39,7 @@ type cli struct {
 	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file (or a directory of Envoy ratelimit config); exit 1 with the errors."`
 	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
 	Bench    benchCmd    `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
+	Top      topCmd      `cmd:"" envprefix:"SLUICE_TOP_" help:"Show the heaviest keys of a running service per limit (refused, or admitted cost), refreshing like top."`
 	Version  versionCmd  `cmd:"" help:"Print the module version and VCS revision."`
 }
 

@@ -47,6 +47,7 @@ type serveCmd struct {
 	MaxBody            int64         `default:"65536" help:"Largest request body in bytes, at least 1."`
 	Idempotency        time.Duration `default:"5m" help:"How long a request_id's answer is remembered (positive)."`
 	LeaseWindow        time.Duration `default:"10m" help:"How long a check's receipt is kept for /v1/settle (positive; a lease holding in-flight slots is kept until they expire)."`
+	TopKeys            int           `default:"100" help:"Counters per limit for the heaviest keys (/v1/top, sluice top) over the last 15 minutes; 0: not kept."`
 	MaxReceipts        int           `default:"1000000" help:"Most receipts kept for /v1/settle, at least 1; beyond it the oldest are dropped (settle answers 404 receipt_dropped; counted in sluice_receipts_dropped_total)."`
 	Reload             time.Duration `default:"1s" help:"How often the policy file (or --envoy-config directory) is checked for changes; 0: not watched (SIGHUP still reloads)."`
 	Store              string        `default:"memory" help:"Where limit state lives: memory (this process), redis://[user:password@]host:port[/db], rediss://... (TLS), or redis+cluster://host1:port,host2:port,... (Redis Cluster)."`
@@ -83,6 +84,7 @@ func (c serveCmd) Validate() error {
 		want  string
 	}{
 		{c.MaxKeys < 1, "--max-keys", c.MaxKeys, "must be at least 1"},
+		{c.TopKeys < 0 || c.TopKeys > 100000, "--top-keys", c.TopKeys, "must be 0 (off) to 100000"},
 		{c.MaxWait < 0, "--max-wait", c.MaxWait, "must be 0 (no waiting) or more"},
 		{c.MaxWaiting < 1, "--max-waiting", c.MaxWaiting, "must be at least 1"},
 		{c.MaxBody < 1, "--max-body", c.MaxBody, "must be at least 1"},
@@ -319,9 +321,15 @@ func (s *service) registry() *prometheus.Registry {
 // newServer makes the limiter (policy mode) and the HTTP/JSON server.
 func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.Registry, token string) (*server.Server, error) {
 	c := s.c
+	var top *server.Top
 	if s.p != nil {
+		opts := []limiter.Option{limiter.WithLogger(s.log), limiter.WithRegisterer(reg)}
+		if c.TopKeys > 0 {
+			top = server.NewTop(c.TopKeys)
+			opts = append(opts, limiter.WithKeyObserver(top))
+		}
 		var err error
-		if s.lim, err = limiter.New(s.p, st, limiter.WithLogger(s.log), limiter.WithRegisterer(reg)); err != nil {
+		if s.lim, err = limiter.New(s.p, st, opts...); err != nil {
 			return nil, err
 		}
 	}
@@ -333,7 +341,7 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 	cfg := server.Config{
 		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
 		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts,
-		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore,
+		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore, Top: top,
 	}
 	if shared.ready != nil {
 		cfg.StoreMode = c.OnStoreError

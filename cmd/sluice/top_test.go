@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The heaviest keys over HTTP: /v1/top ranks refused requests and admitted
+// cost per key, shows redacted descriptors hashed, refuses bad queries, and
+// `sluice top --once` prints it; --top-keys 0 turns it off.
+func TestServeTopKeys(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, "redact: [api_key]\nlimits:\n  - name: per_tenant\n    key: \"tenant:{tenant}\"\n    capacity: 3\n    refill_per_second: 0.01\n  - name: per_key\n    key: \"api_key:{api_key}\"\n    capacity: 1000\n    refill_per_second: 1\n")
+	p := serve(t, "--config", pol, "--top-keys", "5")
+	for i := range 40 {
+		tenant := "noisy"
+		if i%4 == 0 {
+			tenant = fmt.Sprint("quiet-", i)
+		}
+		call(t, p, "POST", "/v1/check", fmt.Sprintf(`{"descriptors":{"tenant":%q,"api_key":"sk-secret"},"cost":%d}`, tenant, 1+i%2))
+	}
+	code, body := call(t, p, "GET", "/v1/top?limit=per_tenant&by=refused&span=1m", "")
+	var a struct {
+		Limit, By, Span string
+		Keys            []struct {
+			Key          string
+			Count, Error int64
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &a); code != 200 || err != nil || a.Limit != "per_tenant" || a.By != "refused" || a.Span != "1m0s" {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	// noisy: 30 checks of cost 1 or 2 on a bucket of 3 that hardly refills: all but the first two refused
+	if len(a.Keys) != 1 || a.Keys[0].Key != "tenant:noisy" || a.Keys[0].Count < 27 || a.Keys[0].Error != 0 {
+		t.Fatalf("rule: the tenant that is refused tops the refused list: %s", body)
+	}
+	_, body = call(t, p, "GET", "/v1/top?limit=per_key&by=admitted", "")
+	if strings.Contains(body, "sk-secret") || !strings.Contains(body, `"key":"api_key:#`) {
+		t.Fatalf("rule: redacted descriptors show hashed: %s", body)
+	}
+	for q, want := range map[string]string{
+		"limit=nope": "unknown_limit", "limit=per_key&by=x": "bad_request", "limit=per_key&span=16m": "bad_request",
+		"limit=per_key&n=0": "bad_request", "": "unknown_limit",
+	} {
+		if code, body := call(t, p, "GET", "/v1/top?"+q, ""); code != 400 || !strings.Contains(body, want) {
+			t.Errorf("%s: %d %s", q, code, body)
+		}
+	}
+	code, out, errOut := runCmd(t, "", "top", "--url", p.addr, "--once", "--limit", "per_tenant")
+	if code != 0 || !strings.Contains(out, "per_tenant (refused, k=5)") || !strings.Contains(out, "tenant:noisy") {
+		t.Fatalf("sluice top --once: %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCmd(t, "", "top", "--url", p.addr, "--once", "--by", "admitted")
+	if code != 0 || !strings.Contains(out, "per_key (admitted cost") || !strings.Contains(out, "per_tenant (admitted cost") {
+		t.Fatalf("sluice top --once without --limit lists every limit: %d\n%s", code, out)
+	}
+	if code, _, errOut := runCmd(t, "", "top", "--url", "localhost:1", "--once"); code != 2 || !strings.Contains(errOut, "--url") {
+		t.Fatalf("a bad --url: %d %s", code, errOut)
+	}
+	off := serve(t, "--config", pol, "--top-keys", "0")
+	if code, body := call(t, off, "GET", "/v1/top?limit=per_key", ""); code != 404 || !strings.Contains(body, "top_off") {
+		t.Fatalf("--top-keys 0: %d %s", code, body)
+	}
+}
