@@ -70,16 +70,22 @@ type Request struct {
 
 // LimitStatus is one applicable limit's part of a decision.
 type LimitStatus struct {
-	Name            string        `json:"name"`
-	Key             string        `json:"key"`
-	Algorithm       string        `json:"algorithm"`
-	Capacity        int64         `json:"capacity"`          // bucket capacity, window limit, or max in flight
-	RefillPerSecond float64       `json:"refill_per_second"` // 0 for windows and concurrency limits
-	TokensRemaining int64         `json:"tokens_remaining"`
-	TokenCost       int64         `json:"token_cost"`
-	Allowed         bool          `json:"allowed"`
-	RetryAfter      time.Duration `json:"-"`
-	ResetAfter      time.Duration `json:"-"`
+	Name            string  `json:"name"`
+	Key             string  `json:"key"`
+	Algorithm       string  `json:"algorithm"`
+	Capacity        int64   `json:"capacity"`          // bucket capacity, window limit, or max in flight
+	RefillPerSecond float64 `json:"refill_per_second"` // 0 for windows and concurrency limits
+	TokensRemaining int64   `json:"tokens_remaining"`
+	TokenCost       int64   `json:"token_cost"`
+	Allowed         bool    `json:"allowed"`
+	// Shadow marks a limit in shadow mode (policy shadow: true, or
+	// WithShadow): evaluated and counted, never refusing; ShadowRefused is
+	// its would-be refusal (then Allowed is false, and it took nothing,
+	// while the request may be admitted).
+	Shadow        bool          `json:"shadow,omitempty"`
+	ShadowRefused bool          `json:"shadow_refused,omitempty"`
+	RetryAfter    time.Duration `json:"-"`
+	ResetAfter    time.Duration `json:"-"`
 	// Period is a quota's calendar period ("day", "week", "month",
 	// "year"); empty for other kinds.
 	Period string `json:"period,omitempty"`
@@ -199,6 +205,11 @@ type KeyObserver interface {
 	ObserveKey(limit, key string, admitted int64, refused bool)
 }
 
+// WithShadow puts every limit in shadow mode (sluice serve --shadow): each
+// is evaluated and counted as if enforced, but none refuses (see
+// policy.Limit.Shadow).
+func WithShadow() Option { return func(x *Limiter) { x.shadowAll = true } }
+
 // WithKeyObserver sets o to receive every decision's keys (the heaviest
 // keys of sluice serve's /v1/top).
 func WithKeyObserver(o KeyObserver) Option { return func(x *Limiter) { x.keys = o } }
@@ -211,6 +222,7 @@ type Limiter struct {
 	log        *slog.Logger
 	reg        prometheus.Registerer
 	keys       KeyObserver
+	shadowAll  bool
 	compiled   atomic.Pointer[compiled]
 	logs       *bucket.Bucket
 	suppressed atomic.Int64
@@ -226,8 +238,11 @@ type compiled struct {
 	// and whether it is an in-flight cap (whose items cost one slot)
 	status []LimitStatus
 	conc   []bool
-	// counters per limit, [admitted, rejected][original, retry]
-	counters [][2][2]prometheus.Counter
+	// counters per limit, [admitted, rejected, shadow_rejected][original, retry]
+	counters [][3][2]prometheus.Counter
+	// per limit: whether it is in shadow mode; and whether any is
+	shadow    []bool
+	anyShadow bool
 }
 
 type metrics struct {
@@ -305,13 +320,16 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 // parameters are unchanged keep their state (their keys do not change).
 func (l *Limiter) SetPolicy(p *policy.Policy) error {
 	c := &compiled{p: p, specs: make([]*store.Spec, len(p.Limits)), prefix: make([]string, len(p.Limits)),
-		counters: make([][2][2]prometheus.Counter, len(p.Limits)),
-		status:   make([]LimitStatus, len(p.Limits)), conc: make([]bool, len(p.Limits))}
+		counters: make([][3][2]prometheus.Counter, len(p.Limits)),
+		status:   make([]LimitStatus, len(p.Limits)), conc: make([]bool, len(p.Limits)), shadow: make([]bool, len(p.Limits))}
 	old := l.compiled.Load()
 	for i, lim := range p.Limits {
 		c.status[i] = statusOf(lim)
 		c.conc[i] = lim.Kind == policy.Concurrency
-		for r, result := range []string{"admitted", "rejected"} {
+		c.shadow[i] = lim.Shadow || l.shadowAll
+		c.anyShadow = c.anyShadow || c.shadow[i]
+		c.status[i].Shadow = c.shadow[i]
+		for r, result := range []string{"admitted", "rejected", "shadow_rejected"} {
 			for a, attempt := range []string{"original", "retry"} {
 				c.counters[i][r][a] = l.m.decisions.WithLabelValues(lim.Name, result, attempt)
 			}
@@ -504,9 +522,13 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 				itemCost, named = v, named+1
 			}
 		}
-		if c.conc[i] {
-			itemCost = 1
-		} else if itemCost > c.status[i].Capacity {
+		shown := itemCost
+		switch {
+		case c.conc[i]:
+			itemCost, shown = 1, 1
+		case itemCost > c.status[i].Capacity && c.shadow[i]:
+			itemCost = 0 // a would-be cost_exceeds_capacity: peeked, reported refused
+		case itemCost > c.status[i].Capacity:
 			sc.key = key[:0]
 			return &CostError{Limit: lim.Name, Cost: itemCost, Capacity: c.status[i].Capacity}
 		}
@@ -516,7 +538,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		items = append(items, store.Item{Spec: c.specs[i], Cost: itemCost})
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
 		limits = append(limits, c.status[i])
-		limits[len(limits)-1].TokenCost = itemCost
+		limits[len(limits)-1].TokenCost = shown
 	}
 	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
 	if named < len(req.Costs) {
@@ -530,7 +552,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	// The keys, now that the buffer has stopped growing: borrowed from it
 	// when the store copies what it keeps (and hands back keys it owns),
 	// else copied.
-	kb, borrows := l.kb, l.kb != nil
+	borrows := l.kb != nil
 	from := 0
 	for j := range items {
 		if borrows {
@@ -549,13 +571,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			items[j].MaxWait = max(mw, 1)
 		}
 	}
-	var r store.Result
-	var err error
-	if borrows {
-		r, err = kb.TakeBorrowed(ctx, items)
-	} else {
-		r, err = l.st.Take(ctx, items)
-	}
+	r, err := l.take(ctx, c, items, which, borrows)
 	if err != nil {
 		err = l.shownKeys(c, err, items, which, user, req.Descriptors)
 		if !errors.Is(err, store.ErrFull) {
@@ -570,6 +586,15 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		st := &res.Limits[i]
 		st.Key = items[i].Key[user[i]:]
 		st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
+		if st.Shadow {
+			if !req.Peek && items[i].Cost == 0 && st.TokenCost > 0 {
+				// Peeked (the request was refused, the cost is above the
+				// capacity, or an in-flight cap): it would admit what is left.
+				st.Allowed = st.TokenCost <= st.Capacity && d.Remaining >= st.TokenCost
+			}
+			st.ShadowRefused = !st.Allowed
+			continue // (a shadow limit's wait refuses nothing)
+		}
 		res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
 	}
 	if r.Allowed && r.Wait > 0 {
@@ -588,7 +613,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	}
 	if res.Allowed && !req.Peek && (req.Receipt || req.Reserve) {
 		for i := range items {
-			if it := &items[i]; !it.Spec.HoldsSlots() && (it.Cost > 0 || req.Costs != nil) {
+			if it := &items[i]; !it.Spec.HoldsSlots() && !res.Limits[i].ShadowRefused && (it.Cost > 0 || req.Costs != nil) {
 				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
 				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
 			}
@@ -601,6 +626,54 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	return nil
 }
 
+// take decides items in the store: all of them at once, all or nothing;
+// with shadow limits, the enforced ones all or nothing, then each shadow
+// one on its own (so that its refusal refuses nothing, and takes nothing),
+// peeked when the request was refused or when it is an in-flight cap (a
+// shadow cap holds no slot).
+func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, borrows bool) (store.Result, error) {
+	take := func(its []store.Item) (store.Result, error) {
+		if borrows {
+			return l.kb.TakeBorrowed(ctx, its)
+		}
+		return l.st.Take(ctx, its)
+	}
+	if !c.anyShadow {
+		return take(items)
+	}
+	enforced := make([]store.Item, 0, len(items))
+	at := make([]int, 0, len(items))
+	for j := range items {
+		if !c.shadow[which[j]] {
+			enforced, at = append(enforced, items[j]), append(at, j)
+		}
+	}
+	r := store.Result{Allowed: true}
+	if len(enforced) > 0 {
+		var err error
+		if r, err = take(enforced); err != nil {
+			return r, err
+		}
+		for k, j := range at {
+			items[j] = enforced[k]
+		}
+	}
+	for j := range items {
+		if !c.shadow[which[j]] {
+			continue
+		}
+		it := &items[j]
+		it.MaxWait = 0
+		if !r.Allowed || c.conc[which[j]] {
+			it.Cost = 0
+		}
+		if _, err := take(items[j : j+1]); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
 // cancelBooking returns a booking whose caller gave up (its ctx ended
 // while it waited wait) exactly, and turns res into the refusal it
 // reports: the slots released, each booked limit refused with the wait it
@@ -608,7 +681,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 func (l *Limiter) cancelBooking(items []store.Item, res *Result, wait time.Duration) {
 	adj := make([]store.Adjustment, 0, len(items))
 	for _, it := range items {
-		if !it.Spec.HoldsSlots() && it.Cost > 0 {
+		if !it.Spec.HoldsSlots() && it.Cost > 0 && it.Decision.Allowed { // (a shadow limit that refused took nothing)
 			adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: -it.Cost, RefundBefore: it.RefundBefore})
 		}
 	}

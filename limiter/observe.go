@@ -50,7 +50,10 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 	for j := range res.Limits {
 		st := &res.Limits[j]
 		result := 0
-		if !st.Allowed {
+		switch {
+		case st.ShadowRefused:
+			result = 2
+		case !st.Allowed:
 			result = 1
 		}
 		c.counters[which[j]][result][attempt].Inc()
@@ -84,7 +87,11 @@ func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 		key, _ = c.p.DisplayKey(lim, req.Descriptors)
 	}
 	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs, slog.String("limiter", st.Name), slog.String("result", "rejected"), slog.String("algorithm", st.Algorithm))
+	result, msg := "rejected", "rate limit: request refused"
+	if st.ShadowRefused {
+		result, msg = "shadow_rejected", "rate limit: request would be refused (shadow)"
+	}
+	attrs = append(attrs, slog.String("limiter", st.Name), slog.String("result", result), slog.String("algorithm", st.Algorithm))
 	switch lim.Kind {
 	case policy.Concurrency:
 		attrs = append(attrs, slog.Int64("max_in_flight", st.Capacity), slog.Int64("in_flight", st.Capacity-st.TokensRemaining))
@@ -99,7 +106,7 @@ func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
 	}
 	attrs = append(attrs, slog.String("key", key), slog.Bool("retry", req.Retry), slog.Int64("retry_after_ms", CeilMS(st.RetryAfter)))
-	l.logf(slog.LevelInfo, "rate limit: request refused", attrs...)
+	l.logf(slog.LevelInfo, msg, attrs...)
 }
 
 // logf writes a record within the log budget.

@@ -24,6 +24,7 @@
 //	    max_in_flight: 5             # concurrency limit (held until released or its lease expires)
 //	    lease_ttl: 30s
 //	    on_store_error: fail_closed  # optional: fail_open | fail_closed | local; default the server's
+//	    shadow: true                 # optional: evaluated and counted, never refuses (a dry run)
 //	costs:                           # optional cost per request class; a request's own cost wins
 //	  - when: {route: "/export"}
 //	    cost: 20
@@ -102,6 +103,12 @@ type Limit struct {
 	// OnStoreError overrides the server's choice when the store fails
 	// ("fail_open", "fail_closed", "local"); empty means the server's.
 	OnStoreError string
+
+	// Shadow evaluates and counts the limit as if it were enforced, but it
+	// never refuses a request (limiter: its would-be refusal is reported
+	// as ShadowRefused; it takes tokens only when it would have admitted,
+	// and no other limit's all-or-nothing decision depends on it).
+	Shadow bool
 
 	// Line is where the limit starts in the file.
 	Line int

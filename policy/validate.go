@@ -302,6 +302,15 @@ func (f *limitFields) common(l *Limit) {
 	if w := f.fields["when"]; w != nil {
 		l.When = f.v.stringMap(w, f.name, "when", true)
 	}
+	if s, ok := f.str("shadow"); ok {
+		switch s {
+		case "true":
+			l.Shadow = true
+		case "false":
+		default:
+			f.bad("shadow", "%q is not true or false", s)
+		}
+	}
 	if s, ok := f.str("on_store_error"); ok {
 		if slices.Contains(storeErrorModes, s) {
 			l.OnStoreError = s

@@ -47,6 +47,7 @@ type serveCmd struct {
 	MaxBody            int64         `default:"65536" help:"Largest request body in bytes, at least 1."`
 	Idempotency        time.Duration `default:"5m" help:"How long a request_id's answer is remembered (positive)."`
 	LeaseWindow        time.Duration `default:"10m" help:"How long a check's receipt is kept for /v1/settle (positive; a lease holding in-flight slots is kept until they expire)."`
+	Shadow             bool          `help:"Shadow mode for every limit: evaluated and counted as if enforced, never refusing (answers carry shadow_refused; metrics result=\"shadow_rejected\")."`
 	TopKeys            int           `default:"100" help:"Counters per limit for the heaviest keys (/v1/top, sluice top) over the last 15 minutes; 0: not kept."`
 	MaxReceipts        int           `default:"1000000" help:"Most receipts kept for /v1/settle, at least 1; beyond it the oldest are dropped (settle answers 404 receipt_dropped; counted in sluice_receipts_dropped_total)."`
 	Reload             time.Duration `default:"1s" help:"How often the policy file (or --envoy-config directory) is checked for changes; 0: not watched (SIGHUP still reloads)."`
@@ -324,6 +325,9 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 	var top *server.Top
 	if s.p != nil {
 		opts := []limiter.Option{limiter.WithLogger(s.log), limiter.WithRegisterer(reg)}
+		if c.Shadow {
+			opts = append(opts, limiter.WithShadow())
+		}
 		if c.TopKeys > 0 {
 			top = server.NewTop(c.TopKeys)
 			opts = append(opts, limiter.WithKeyObserver(top))

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,5 +65,37 @@ func TestServeTopKeys(t *testing.T) {
 	off := serve(t, "--config", pol, "--top-keys", "0")
 	if code, body := call(t, off, "GET", "/v1/top?limit=per_key", ""); code != 404 || !strings.Contains(body, "top_off") {
 		t.Fatalf("--top-keys 0: %d %s", code, body)
+	}
+}
+
+// Shadow mode over HTTP: per limit (shadow: true) and for the whole
+// server (--shadow), a would-be refusal answers 200 with shadow_refused and
+// the RateLimit fields as if enforced, and is counted as shadow_rejected.
+func TestServeShadow(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, "limits:\n  - name: trial\n    key: \"t:{t}\"\n    capacity: 1\n    refill_per_second: 0.01\n    shadow: true\n  - name: real\n    key: \"t:{t}\"\n    capacity: 2\n    refill_per_second: 0.01\n")
+	p := serve(t, "--config", pol)
+	call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"a"}}`)
+	req, _ := http.NewRequest("POST", p.addr+"/v1/check", strings.NewReader(`{"descriptors":{"t":"a"}}`))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(b), `"shadow_refused":true`) || !strings.Contains(res.Header.Get("RateLimit"), `"trial";r=0`) {
+		t.Fatalf("rule: a shadow limit's would-be refusal answers 200 with shadow_refused and its RateLimit as if enforced: %d %s %v", res.StatusCode, b, res.Header)
+	}
+	if code, _ := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"a"}}`); code != 429 {
+		t.Fatalf("the enforced limit still refuses: %d", code)
+	}
+	if _, m := call(t, p, "GET", "/metrics", ""); !strings.Contains(m, `sluice_decisions_total{attempt="original",limit="trial",result="shadow_rejected"} 2`) {
+		t.Fatalf("rule: counted as shadow_rejected:\n%s", m)
+	}
+	all := serve(t, "--config", pol, "--shadow")
+	for i := range 5 {
+		if code, body := call(t, all, "POST", "/v1/check", `{"descriptors":{"t":"b"}}`); code != 200 || (i >= 2 && !strings.Contains(body, `"name":"real"`)) {
+			t.Fatalf("rule: --shadow refuses nothing: %d %s", code, body)
+		}
 	}
 }
