@@ -240,6 +240,7 @@ type compiled struct {
 	conc   []bool
 	// counters per limit, [admitted, rejected, shadow_rejected][original, retry]
 	counters [][3][2]prometheus.Counter
+	near     []prometheus.Counter
 	// per limit: whether it is in shadow mode; and whether any is
 	shadow    []bool
 	anyShadow bool
@@ -253,7 +254,15 @@ type metrics struct {
 	waitSecs  prometheus.Histogram   // their lengths
 	lateness  prometheus.Histogram   // how late a booked request woke for its turn
 	pauses    *prometheus.CounterVec // pauses, per limit
+	near      *prometheus.CounterVec // admitted with less than a fifth left, per limit
+	capacity  *prometheus.GaugeVec   // the configured capacities
+	refill    *prometheus.GaugeVec   // and refills
 }
+
+// NearLimitShare is the share of its capacity below which an admitted
+// request counts in sluice_limit_near_total (as envoyproxy/ratelimit's
+// near_limit: 0.8 used).
+const NearLimitShare = 0.2
 
 // New returns a limiter enforcing p with state in s.
 func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
@@ -294,12 +303,22 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_pauses_total", Help: "Pauses (a server's retry hint, Limiter.Pause, /v1/pause), per limit paused.",
 		}, []string{"limit"}),
+		near: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_limit_near_total", Help: "Requests admitted by a limit with less than 20% of its capacity left afterwards (envoyproxy/ratelimit's near_limit).",
+		}, []string{"limit"}),
+		capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_limit_capacity", Help: "A limit's configured capacity: bucket capacity, window or quota limit, or max in flight.",
+		}, []string{"limit"}),
+		refill: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_limit_refill_per_second", Help: "A token-bucket limit's configured refill per second (0 for other kinds).",
+		}, []string{"limit"}),
 	}
 	if err := l.SetPolicy(p); err != nil {
 		return nil, err
 	}
 	if l.reg != nil {
-		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors, l.m.waits, l.m.waitSecs, l.m.lateness, l.m.pauses}
+		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors, l.m.waits, l.m.waitSecs, l.m.lateness, l.m.pauses,
+			l.m.near, l.m.capacity, l.m.refill}
 		if sr, ok := s.(store.StatsReporter); ok {
 			cs = append(cs,
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys", Help: "Keys held by the store."},
@@ -321,14 +340,20 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 func (l *Limiter) SetPolicy(p *policy.Policy) error {
 	c := &compiled{p: p, specs: make([]*store.Spec, len(p.Limits)), prefix: make([]string, len(p.Limits)),
 		counters: make([][3][2]prometheus.Counter, len(p.Limits)),
-		status:   make([]LimitStatus, len(p.Limits)), conc: make([]bool, len(p.Limits)), shadow: make([]bool, len(p.Limits))}
+		status:   make([]LimitStatus, len(p.Limits)), conc: make([]bool, len(p.Limits)), shadow: make([]bool, len(p.Limits)),
+		near: make([]prometheus.Counter, len(p.Limits))}
 	old := l.compiled.Load()
+	l.m.capacity.Reset()
+	l.m.refill.Reset()
 	for i, lim := range p.Limits {
 		c.status[i] = statusOf(lim)
 		c.conc[i] = lim.Kind == policy.Concurrency
 		c.shadow[i] = lim.Shadow || l.shadowAll
 		c.anyShadow = c.anyShadow || c.shadow[i]
 		c.status[i].Shadow = c.shadow[i]
+		c.near[i] = l.m.near.WithLabelValues(lim.Name)
+		l.m.capacity.WithLabelValues(lim.Name).Set(float64(c.status[i].Capacity))
+		l.m.refill.WithLabelValues(lim.Name).Set(c.status[i].RefillPerSecond)
 		for r, result := range []string{"admitted", "rejected", "shadow_rejected"} {
 			for a, attempt := range []string{"original", "retry"} {
 				c.counters[i][r][a] = l.m.decisions.WithLabelValues(lim.Name, result, attempt)

@@ -57,6 +57,9 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 			result = 1
 		}
 		c.counters[which[j]][result][attempt].Inc()
+		if res.Allowed && st.Allowed && float64(st.TokensRemaining) < NearLimitShare*float64(st.Capacity) {
+			c.near[which[j]].Inc()
+		}
 		if !st.Allowed && l.log != nil {
 			l.logRefusal(c, which[j], st, req)
 		}

@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -105,4 +107,64 @@ func TestShadowAll(t *testing.T) {
 			t.Fatalf("the would-be refusal is reported: %+v", st)
 		}
 	}
+}
+
+// The metrics operators chart: near-limit admissions (under 20 % left),
+// and each limit's configured capacity and refill, replaced on reload.
+func TestLimitMetrics(t *testing.T) {
+	c := sluice.NewManualClock(epoch)
+	reg := prometheus.NewRegistry()
+	l := limiterOver(t, shadowSrc, memstore.New(memstore.WithClock(c)), limiter.WithRegisterer(reg))
+	ctx := context.Background()
+	l.Check(ctx, limiter.Request{Descriptors: map[string]string{"t": "n"}, Cost: 7}) // 3 of 10 left: not near
+	l.Check(ctx, limiter.Request{Descriptors: map[string]string{"t": "m"}, Cost: 9}) // 1 of 10 left: near
+	got := gather(t, reg)
+	for name, want := range map[string]float64{
+		"sluice_limit_near_total{enforced}": 1, "sluice_limit_capacity{enforced}": 10, "sluice_limit_refill_per_second{enforced}": 0.001,
+		"sluice_limit_capacity{slots}": 1, "sluice_limit_refill_per_second{slots}": 0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	src := strings.Replace(shadowSrc, "capacity: 10", "capacity: 20", 1)
+	pol, err := policy.Parse([]byte(src[:strings.Index(src, "  - name: trial")]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetPolicy(pol); err != nil {
+		t.Fatal(err)
+	}
+	got = gather(t, reg)
+	if got["sluice_limit_capacity{enforced}"] != 20 {
+		t.Fatalf("rule: a reload sets the configured capacity: %v", got)
+	}
+	if _, ok := got["sluice_limit_capacity{slots}"]; ok {
+		t.Fatal("rule: a limit no longer in the policy has no capacity series")
+	}
+}
+
+// gather reads reg's counters and gauges as name{first label value}.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 0 {
+				continue
+			}
+			name := mf.GetName() + "{" + m.GetLabel()[0].GetValue() + "}"
+			switch {
+			case m.Counter != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				got[name] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return got
 }

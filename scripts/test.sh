@@ -46,6 +46,10 @@ if ! command -v python3 >/dev/null; then apt_install python3 python3-venv; fi
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install nodejs npm; fi
 python3 --version
 echo "node $(node --version), npm $(npm --version)"
+# promtool (Debian's prometheus package) validates what /metrics serves.
+if ! command -v promtool >/dev/null; then apt_install prometheus; fi
+if ! command -v curl >/dev/null; then apt_install curl; fi
+promtool --version 2>&1 | head -1
 
 # The workspace's modules (go.work; see "Modules" in the README) are
 # tested together: patterns name every module's packages. bench/ is a
@@ -124,6 +128,29 @@ go build -o "$clientdir/sluice" ./cmd/sluice
 python3 -m venv "$clientdir/venv"
 "$clientdir/venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
 "$clientdir/venv/bin/python" -c 'import sluice_client; print("pip install ./clients/python: sluice_client", sluice_client.__version__)'
+
+step "/metrics passes promtool check metrics"
+cat > "$clientdir/policy.yaml" <<'EOF'
+limits:
+  - name: per_tenant
+    key: "tenant:{tenant}"
+    capacity: 2
+    refill_per_second: 100
+  - name: trial
+    key: "tenant:{tenant}"
+    capacity: 1
+    refill_per_second: 1
+    shadow: true
+EOF
+"$clientdir/sluice" serve --config "$clientdir/policy.yaml" --http 127.0.0.1:0 2> "$clientdir/serve.log" &
+servepid=$!
+for _ in $(seq 100); do grep -q '"msg":"sluice serving"' "$clientdir/serve.log" && break; sleep 0.1; done
+addr=$(sed -n 's/.*"msg":"sluice serving".*"http":"\([^"]*\)".*/\1/p' "$clientdir/serve.log" | head -1)
+for _ in 1 2 3 4; do curl -s -o /dev/null "http://$addr/v1/check" -d '{"descriptors":{"tenant":"a"},"max_wait_ms":500}'; done
+curl -s "http://$addr/metrics" > "$clientdir/metrics.txt"
+kill "$servepid"
+promtool check metrics < "$clientdir/metrics.txt"
+echo "sluice series checked: $(grep -c '^sluice_' "$clientdir/metrics.txt")"
 
 step "clients: Python tests (clients/python)"
 (cd clients/python && SLUICE_BIN="$clientdir/sluice" python3 -m unittest discover -s tests -t .)

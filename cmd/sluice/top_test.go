@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -96,6 +98,36 @@ func TestServeShadow(t *testing.T) {
 	for i := range 5 {
 		if code, body := call(t, all, "POST", "/v1/check", `{"descriptors":{"t":"b"}}`); code != 200 || (i >= 2 && !strings.Contains(body, `"name":"real"`)) {
 			t.Fatalf("rule: --shadow refuses nothing: %d %s", code, body)
+		}
+	}
+}
+
+// docs/grafana-sluice.json charts series /metrics serves: every sluice_
+// metric its queries name exists (after a decision of each kind).
+func TestGrafanaDashboardNamesServedMetrics(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "grafana-sluice.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash map[string]any
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("docs/grafana-sluice.json: %v", err)
+	}
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, "limits:\n  - name: tenant_api\n    key: \"tenant:{tenant}\"\n    capacity: 1\n    refill_per_second: 100\n")
+	p := serve(t, "--config", pol)
+	for range 3 { // the second and third wait their turn (a booking), the first leaves less than 20 %
+		call(t, p, "POST", "/v1/check", `{"descriptors":{"tenant":"a"},"max_wait_ms":1000}`)
+	}
+	_, metrics := call(t, p, "GET", "/metrics", "")
+	names := regexp.MustCompile(`sluice_[a-z_]+`).FindAllString(string(raw), -1)
+	if len(names) < 8 {
+		t.Fatalf("only %d metric names in the dashboard", len(names))
+	}
+	for _, n := range names {
+		base := strings.TrimSuffix(n, "_bucket")
+		if !strings.Contains(metrics, "\n"+base) && !strings.Contains(metrics, "# TYPE "+base+" ") {
+			t.Errorf("the dashboard charts %s, which /metrics does not serve", n)
 		}
 	}
 }
