@@ -199,10 +199,10 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(x *Limiter) { 
 // KeyObserver receives, for every decision (peeks excepted), each limit's
 // key as statuses show it (redacted descriptors as hashes), the cost it
 // admitted (0 when the request was refused) and whether that limit refused
-// it. It is called on the deciding goroutine: it must be quick and safe for
-// concurrent use.
+// it (shadow: a shadow limit's would-be refusal). It is called on the
+// deciding goroutine: it must be quick and safe for concurrent use.
 type KeyObserver interface {
-	ObserveKey(limit, key string, admitted int64, refused bool)
+	ObserveKey(limit, key string, admitted int64, refused, shadow bool)
 }
 
 // WithShadow puts every limit in shadow mode (sluice serve --shadow): each
@@ -373,6 +373,13 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 	}
 	l.compiled.Store(c)
 	return nil
+}
+
+// Statuses returns the configured part of every limit's status in force
+// (name, algorithm, capacity, refill, window or period, shadow), in policy
+// order.
+func (l *Limiter) Statuses() []LimitStatus {
+	return append([]LimitStatus(nil), l.compiled.Load().status...)
 }
 
 // Policy returns the policy in force.

@@ -72,7 +72,7 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 			if res.Allowed {
 				admitted = st.TokenCost
 			}
-			l.keys.ObserveKey(st.Name, key, admitted, !st.Allowed)
+			l.keys.ObserveKey(st.Name, key, admitted, !st.Allowed, st.ShadowRefused)
 		}
 	}
 }

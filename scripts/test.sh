@@ -49,6 +49,9 @@ echo "node $(node --version), npm $(npm --version)"
 # promtool (Debian's prometheus package) validates what /metrics serves.
 if ! command -v promtool >/dev/null; then apt_install prometheus; fi
 if ! command -v curl >/dev/null; then apt_install curl; fi
+# Headless Chromium (Debian's package) loads the live page in cmd/sluice's
+# TestLivePage.
+if ! command -v chromium >/dev/null; then apt_install chromium; fi
 promtool --version 2>&1 | head -1
 
 # The workspace's modules (go.work; see "Modules" in the README) are

@@ -24,7 +24,7 @@ type CheckRequest struct {
 	Cost *int64 `json:"cost"`
 	// Costs overrides Cost for the limits it names (limiter.Request.Costs):
 	// {"tpm": 1200}.
-	Costs     map[string]int64 `json:"costs"`
+	Costs     CostMap `json:"costs"`
 	MaxWaitMS int64            `json:"max_wait_ms"`
 	// Reserve, with MaxWaitMS, books without holding the request: the
 	// answer comes at once with WaitMS (act after it) and a lease
@@ -353,7 +353,7 @@ type SettleRequest struct {
 	// ActualCosts settles the limits it names with their own actual cost;
 	// the others settle with ActualCost when given, else keep what they
 	// took.
-	ActualCosts map[string]int64 `json:"actual_costs"`
+	ActualCosts CostMap `json:"actual_costs"`
 }
 
 func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
@@ -418,4 +418,34 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
+}
+
+// CostMap is a cost per limit name ("costs", "actual_costs"). In JSON each
+// value must be a whole number: null, a fraction or a string is an error
+// (encoding/json would read null as 0, a free request).
+type CostMap map[string]int64
+
+// UnmarshalJSON reads an object of whole numbers (or null for no map).
+func (m *CostMap) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		*m = nil
+		return nil
+	}
+	out := make(CostMap, len(raw))
+	for name, v := range raw {
+		var n int64
+		if string(v) == "null" {
+			return fmt.Errorf("cost for limit %.40q is null, not a whole number", name)
+		}
+		if err := json.Unmarshal(v, &n); err != nil {
+			return fmt.Errorf("cost for limit %.40q is %.40s, not a whole number", name, v)
+		}
+		out[name] = n
+	}
+	*m = out
+	return nil
 }

@@ -91,10 +91,15 @@ type Config struct {
 	// request, so it reports the configuration in force). Nil: /v1/policy
 	// answers 404 there, like every /v1/ path.
 	EnvoyPolicy func() any
-	// Top, when set, answers GET /v1/top (the heaviest keys per limit);
-	// the Limiter must have been made with limiter.WithKeyObserver(Top).
-	// Nil: /v1/top answers 404 top_off.
-	Top *Top
+	// Keys, when set, answers GET /v1/top (the heaviest keys per limit)
+	// and the activity of GET /v1/stats; the Limiter must have been made
+	// with limiter.WithKeyObserver(Keys). Nil (or k 0): /v1/top answers
+	// 404 top_off, and /v1/stats has no activity.
+	Keys *Keys
+	// Status, when set, is called by GET /v1/stats for what the server
+	// cannot see itself (the store, keys held, reloads); its answer is
+	// encoded as "status".
+	Status func() any
 }
 
 // Server is the HTTP service. It is safe for concurrent use.
@@ -144,6 +149,12 @@ func New(cfg Config) (*Server, error) {
 		s.mux.HandleFunc("POST /v1/pause", s.auth(s.pause))
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
 		s.mux.HandleFunc("GET /v1/top", s.auth(s.top))
+		s.mux.HandleFunc("GET /v1/stats", s.auth(s.stats))
+		// The live page: one embedded file, no external resources; its
+		// reads of /v1/stats and /v1/top carry the token (the page itself
+		// holds no data).
+		s.mux.HandleFunc("GET /{$}", s.page)
+		s.mux.HandleFunc("GET /ui", s.page)
 	} else {
 		// Envoy-config mode: decisions are served over gRPC only.
 		if cfg.EnvoyPolicy != nil {

@@ -456,3 +456,21 @@ func TestHeldBookingReturnedWhenTheCallerLeaves(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A cost that is not a whole number (null, a fraction, a string) is a
+// malformed body, never a free request.
+func TestCostsMustBeWholeNumbers(t *testing.T) {
+	ts := newServer(t, nil)
+	for _, body := range []string{
+		`{"descriptors":{"tenant":"a"},"costs":{"tenant_api":null}}`,
+		`{"descriptors":{"tenant":"a"},"costs":{"tenant_api":1.5}}`,
+		`{"descriptors":{"tenant":"a"},"costs":{"tenant_api":"2"}}`,
+	} {
+		if res, ans := post(t, ts, "/v1/check", body); res.StatusCode != 400 || ans["code"] != "bad_json" {
+			t.Errorf("%s: %d %v", body, res.StatusCode, ans)
+		}
+	}
+	if res, ans := post(t, ts, "/v1/settle", `{"lease":"x","actual_costs":{"tenant_api":null}}`); res.StatusCode != 400 || ans["code"] != "bad_json" {
+		t.Errorf("settle with a null cost: %d %v", res.StatusCode, ans)
+	}
+}

@@ -18,23 +18,35 @@ const (
 	TopSpan  = 15 * time.Minute
 )
 
-// Top keeps, per limit, the heaviest keys by refusals and by admitted
-// cost over the last TopSpan (topk: k counters per epoch of TopEpoch). It
-// is a limiter.KeyObserver; its memory is bounded by the number of limit
-// names times k times the epochs, whatever the number of keys.
-type Top struct {
-	k  int
-	mu sync.RWMutex
-	by map[string]*[2]*topk.Tracker // limit name -> [refused, admitted]
+// Keys is what the server learns from every decision (a
+// limiter.KeyObserver): per limit, the heaviest keys by refusals and by
+// admitted cost over the last TopSpan (topk: k counters per epoch of
+// TopEpoch; none when k is 0), and the decisions per step of the last
+// five minutes (/v1/stats, the live page). Its memory is bounded by the
+// number of limit names times k times the epochs, whatever the number of
+// keys.
+type Keys struct {
+	k        int
+	mu       sync.RWMutex
+	by       map[string]*[2]*topk.Tracker // limit name -> [refused, admitted]
+	activity activity
 }
 
-// NewTop returns a Top of k counters per epoch per limit and measure (k
-// >= 1).
-func NewTop(k int) *Top { return &Top{k: k, by: map[string]*[2]*topk.Tracker{}} }
+// NewKeys returns a Keys of k counters per epoch per limit and measure (k
+// 0: no heaviest keys, /v1/top off).
+func NewKeys(k int) *Keys { return &Keys{k: k, by: map[string]*[2]*topk.Tracker{}} }
 
 // ObserveKey implements limiter.KeyObserver.
-func (t *Top) ObserveKey(limit, key string, admitted int64, refused bool) {
-	if !refused && admitted <= 0 {
+func (t *Keys) ObserveKey(limit, key string, admitted int64, refused, shadow bool) {
+	switch {
+	case refused && shadow:
+		t.activity.add(limit, 2, time.Now())
+	case refused:
+		t.activity.add(limit, 1, time.Now())
+	case admitted > 0: // (not refused by this limit, but by another: not counted)
+		t.activity.add(limit, 0, time.Now())
+	}
+	if t.k == 0 || !refused && admitted <= 0 {
 		return
 	}
 	t.mu.RLock()
@@ -67,7 +79,7 @@ type TopAnswer struct {
 
 // Query answers the n heaviest keys of limit by "refused" (count of
 // refused requests) or "admitted" (admitted cost) over span.
-func (t *Top) Query(limit, by string, span time.Duration, n int) TopAnswer {
+func (t *Keys) Query(limit, by string, span time.Duration, n int) TopAnswer {
 	ans := TopAnswer{Limit: limit, By: by, Span: span.String(), K: t.k, Keys: []topk.Entry{}}
 	t.mu.RLock()
 	tr := t.by[limit]
@@ -85,7 +97,7 @@ func (t *Top) Query(limit, by string, span time.Duration, n int) TopAnswer {
 
 // top serves GET /v1/top?limit=NAME&by=refused|admitted&span=1m&n=10.
 func (s *Server) top(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Top == nil {
+	if s.cfg.Keys == nil || s.cfg.Keys.k == 0 {
 		fail(w, http.StatusNotFound, "top_off", "the heaviest keys are not kept (sluice serve --top-keys 0)")
 		return
 	}
@@ -122,5 +134,5 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "unknown_limit", "limit %.64q is not in the policy (limits: %v)", limit, names)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.cfg.Top.Query(limit, by, span, min(n, s.cfg.Top.k)))
+	writeJSON(w, http.StatusOK, s.cfg.Keys.Query(limit, by, span, min(n, s.cfg.Keys.k)))
 }

@@ -268,6 +268,7 @@ type service struct {
 	lim                   *limiter.Limiter
 	svc                   *envoyrls.Service
 	reloads, reloadErrors prometheus.Counter
+	lastReload            atomic.Pointer[reloadInfo]
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -322,15 +323,12 @@ func (s *service) registry() *prometheus.Registry {
 // newServer makes the limiter (policy mode) and the HTTP/JSON server.
 func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.Registry, token string) (*server.Server, error) {
 	c := s.c
-	var top *server.Top
+	var keys *server.Keys
 	if s.p != nil {
-		opts := []limiter.Option{limiter.WithLogger(s.log), limiter.WithRegisterer(reg)}
+		keys = server.NewKeys(c.TopKeys)
+		opts := []limiter.Option{limiter.WithLogger(s.log), limiter.WithRegisterer(reg), limiter.WithKeyObserver(keys)}
 		if c.Shadow {
 			opts = append(opts, limiter.WithShadow())
-		}
-		if c.TopKeys > 0 {
-			top = server.NewTop(c.TopKeys)
-			opts = append(opts, limiter.WithKeyObserver(top))
 		}
 		var err error
 		if s.lim, err = limiter.New(s.p, st, opts...); err != nil {
@@ -345,11 +343,12 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 	cfg := server.Config{
 		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
 		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts,
-		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore, Top: top,
+		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore, Keys: keys,
 	}
 	if shared.ready != nil {
 		cfg.StoreMode = c.OnStoreError
 	}
+	cfg.Status = s.status(st, shared)
 	if s.p == nil {
 		cfg.EnvoyPolicy = func() any {
 			es := s.envoy.Load()
@@ -357,6 +356,26 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 		}
 	}
 	return server.New(cfg)
+}
+
+// status is /v1/stats's "status": the store (its name, whether it answers,
+// the keys it holds when it can tell) and the last reload.
+func (s *service) status(st store.Store, shared sharedStore) func() any {
+	return func() any {
+		out := map[string]any{"store": shared.name, "store_ok": true, "reload": s.lastReload.Load()}
+		if shared.ready != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if err := shared.ready(ctx); err != nil {
+				out["store_ok"], out["store_error"] = false, err.Error()
+			}
+			cancel()
+			out["on_store_error"] = s.c.OnStoreError
+		}
+		if sr, ok := st.(store.StatsReporter); ok {
+			out["keys"] = sr.Stats().Keys
+		}
+		return out
+	}
 }
 
 // listen listens on --http and --grpc (when given) before anything serves.

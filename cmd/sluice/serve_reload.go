@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/policy"
@@ -31,6 +32,7 @@ func (s *service) reload(why string) {
 		}
 		s.lastReadErr = err.Error()
 		s.reloadErrors.Inc()
+		s.noteReload(err)
 		s.log.Error("policy reload failed; the old policy stays in force", "reason", why, "error", err,
 			"policy_version", s.lim.Policy().Version)
 		return
@@ -46,11 +48,13 @@ func (s *service) reload(why string) {
 	}
 	if err != nil {
 		s.reloadErrors.Inc()
+		s.noteReload(err)
 		s.log.Error("policy reload rejected; the old policy stays in force", "reason", why, "error", err,
 			"policy_version", s.lim.Policy().Version)
 		return
 	}
 	s.reloads.Inc()
+	s.noteReload(nil)
 	s.log.Info("policy reloaded", "reason", why, "policy_version", np.Version, "limits", len(np.Limits))
 }
 
@@ -93,4 +97,20 @@ func dirDigest(dir string) []byte {
 		h.Write(b)
 	}
 	return h.Sum(nil)
+}
+
+// reloadInfo is the last reload's outcome, for /v1/stats (the live page).
+type reloadInfo struct {
+	At    time.Time `json:"at"`
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+}
+
+// noteReload records a reload's outcome (err nil: it took effect).
+func (s *service) noteReload(err error) {
+	r := &reloadInfo{At: time.Now().UTC(), OK: err == nil}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	s.lastReload.Store(r)
 }
