@@ -25,7 +25,7 @@ type CheckRequest struct {
 	// Costs overrides Cost for the limits it names (limiter.Request.Costs):
 	// {"tpm": 1200}.
 	Costs     CostMap `json:"costs"`
-	MaxWaitMS int64            `json:"max_wait_ms"`
+	MaxWaitMS int64   `json:"max_wait_ms"`
 	// Reserve, with MaxWaitMS, books without holding the request: the
 	// answer comes at once with WaitMS (act after it) and a lease
 	// (limiter.Request.Reserve).

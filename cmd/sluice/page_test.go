@@ -62,7 +62,7 @@ func TestLivePage(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	defer func() { stop.Store(true); wg.Wait() }() // (before the server stops)
-	wg.Go(func() { // traffic: a noisy tenant refused, a calm one admitted
+	wg.Go(func() {                                 // traffic: a noisy tenant refused, a calm one admitted
 		for !stop.Load() {
 			for _, tenant := range []string{"noisy", "noisy", "noisy", "calm"} {
 				req, _ := http.NewRequest("POST", p.addr+"/v1/check", strings.NewReader(fmt.Sprintf(`{"descriptors":{"tenant":%q}}`, tenant)))
