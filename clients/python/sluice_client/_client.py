@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import json
@@ -21,6 +22,14 @@ __all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket"
 
 Descriptors = Mapping[str, str]
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The longest wait, pause or timeout the client accepts, in seconds (the
+#: service's own pause cap: 24 hours).
+MAX_SECONDS = 86400.0
+
+# The descriptors of the acquire (or limited call) in progress in this
+# thread or task: report_response's default.
+_current: "contextvars.ContextVar[Optional[Dict[str, str]]]" = contextvars.ContextVar("sluice_descriptors", default=None)
 
 
 @dataclass(frozen=True)
@@ -67,19 +76,34 @@ class Decision:
 def _ms(seconds: Optional[float], what: str) -> Optional[int]:
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds != seconds or seconds < 0:
-        raise ValueError(f"{what} must be a non-negative number of seconds, not {seconds!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= MAX_SECONDS:
+        raise ValueError(f"{what} must be a number of seconds from 0 to {MAX_SECONDS:g}, not {seconds!r}")
     return int(-(-seconds * 1000 // 1))  # rounded up: never less than asked
 
 
-def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping[str, int]], max_wait: Optional[float], reserve: bool) -> Dict[str, Any]:
+def _cost(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{what} must be a whole number of at least 0, not {v!r}")
+    return v
+
+
+def _descriptors(descriptors: Any) -> Dict[str, str]:
     if not isinstance(descriptors, Mapping) or not descriptors:
         raise ValueError(f"descriptors must be a non-empty mapping of names to values, not {descriptors!r}")
-    b: Dict[str, Any] = {"descriptors": {str(k): str(v) for k, v in descriptors.items()}}
+    out = {}
+    for k, v in descriptors.items():
+        if not isinstance(k, str) or not k or isinstance(v, bool) or not isinstance(v, (str, int)):
+            raise ValueError(f"descriptor {k!r}: {v!r} is not a string (nor a whole number)")
+        out[k] = str(v)
+    return out
+
+
+def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping[str, int]], max_wait: Optional[float], reserve: bool) -> Dict[str, Any]:
+    b: Dict[str, Any] = {"descriptors": _descriptors(descriptors)}
     if cost is not None:
-        b["cost"] = int(cost)
+        b["cost"] = _cost(cost, "cost")
     if costs:
-        b["costs"] = {str(k): int(v) for k, v in costs.items()}
+        b["costs"] = {str(k): _cost(v, f"costs[{k!r}]") for k, v in costs.items()}
     mw = _ms(max_wait, "max_wait")
     if mw is not None:
         b["max_wait_ms"] = mw
@@ -109,7 +133,8 @@ def _error(status: int, body: Mapping[str, Any], raw: str) -> SluiceError:
 class Client:
     """A blocking client of ``sluice serve`` at ``url`` (``http://host:port``).
 
-    ``token`` is the bearer token the service wants (``--auth-token``);
+    ``token`` is the bearer token the service wants (``--auth-token-file``;
+    surrounding whitespace, such as a file's newline, is dropped);
     ``timeout`` (seconds) bounds every call: a service that does not answer
     in time (or cannot be reached) raises ``ServiceUnavailable``; a check
     that waits (``max_wait``) may take that much longer. Safe for use by
@@ -118,12 +143,15 @@ class Client:
     def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be http://host:port or https://..., not {url!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SECONDS:
+            raise ValueError(f"timeout must be a number of seconds above 0 and at most {MAX_SECONDS:g}, not {timeout!r}")
+        if token is not None:
+            token = token.strip()
+            if not token or any(c in token for c in "\r\n"):
+                raise ValueError("token is empty or spans several lines")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = float(timeout)
-        self._last: Optional[Dict[str, str]] = None  # descriptors of the last acquire/limited
 
     # -- the wire ---------------------------------------------------------
 
@@ -165,12 +193,15 @@ class Client:
         the Reservation says after how many seconds (``wait``) it may act.
         Raises ``RateLimited`` when the wait would exceed ``max_wait``
         (nothing is booked)."""
+        if max_wait is None:
+            raise ValueError("reserve needs max_wait (seconds)")
         body = _body(descriptors, cost, costs, max_wait, True)
         _, ans = self._post("/v1/check", body, ok_statuses=(200, 429))
         d = Decision._of(ans)
         if not d.allowed:
-            raise RateLimited(f"sluice: not admitted within max_wait ({max_wait:g} s); retry after {d.retry_after:g} s", retry_after=d.retry_after)
-        return Reservation(self, d)
+            raise RateLimited(f"sluice: not admitted within max_wait ({max_wait:g} s, and the service books at most its --max-wait ahead, "
+                              f"10 s by default); retry after {d.retry_after:g} s", retry_after=d.retry_after)
+        return Reservation(self, d, body["descriptors"])
 
     def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
                 max_wait: float) -> "Ticket":
@@ -178,14 +209,14 @@ class Client:
         manager releasing the request's in-flight slot on exit). A
         KeyboardInterrupt while sleeping cancels the booking."""
         r = self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait)
-        self._last = dict(descriptors)
+        _current.set(r.descriptors)
         try:
             if r.wait > 0:
                 time.sleep(r.wait)
         except BaseException:
             r.cancel()
             raise
-        return Ticket(self, r.decision)
+        return Ticket(self, r.decision, r.descriptors)
 
     def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> None:
         """Replace a request's cost by what it used: ``actual_cost`` for its
@@ -195,9 +226,9 @@ class Client:
             raise ValueError("lease is empty (a refused request has none)")
         b: Dict[str, Any] = {"lease": lease}
         if actual_cost is not None:
-            b["actual_cost"] = int(actual_cost)
+            b["actual_cost"] = _cost(actual_cost, "actual_cost")
         if actual_costs:
-            b["actual_costs"] = {str(k): int(v) for k, v in actual_costs.items()}
+            b["actual_costs"] = {str(k): _cost(v, f"actual_costs[{k!r}]") for k, v in actual_costs.items()}
         self._post("/v1/settle", b)
 
     def release(self, lease: str) -> None:
@@ -212,7 +243,7 @@ class Client:
         limit that applies) admit nothing for ``retry_after`` seconds.
         Returns the pause's end, Unix seconds."""
         ms = _ms(retry_after, "retry_after")
-        b: Dict[str, Any] = {"descriptors": _body(descriptors, None, None, None, False)["descriptors"], "retry_after_ms": max(ms or 0, 1)}
+        b: Dict[str, Any] = {"descriptors": _descriptors(descriptors), "retry_after_ms": max(ms or 0, 1)}
         if limits:
             b["limits"] = [str(x) for x in limits]
         _, ans = self._post("/v1/pause", b)
@@ -223,16 +254,20 @@ class Client:
         """Read a provider's answer (its status and rate-limit headers:
         OpenAI's, Anthropic's, the IETF fields, Retry-After, retry-after-ms)
         and, when they say "wait" (a 429 or 503 with a hint, or a budget
-        with nothing left and a reset), pause the descriptors of the last
-        ``acquire``/``limited`` (or ``descriptors``) for every client.
-        Returns the pause's length in seconds, None when nothing says
-        wait."""
+        with nothing left and a reset), pause ``descriptors`` — by default
+        those of this thread's or task's last ``acquire``/``limited`` call
+        (``ticket.report_response`` names its own) — for every client.
+        ``limits`` names the limits to pause (default every token-bucket
+        limit applying). Returns the pause's length in seconds, None when
+        nothing says wait."""
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise ValueError(f"status must be an HTTP status code (an int), not {status!r}")
         wait = _wait_of(status, headers)
         if wait is None:
             return None
-        d = descriptors if descriptors is not None else self._last
+        d = descriptors if descriptors is not None else _current.get()
         if not d:
-            raise ValueError("report_response: no descriptors (pass descriptors=, or acquire first)")
+            raise ValueError("report_response: no descriptors (pass descriptors=, or acquire first in this thread or task)")
         self.pause(d, wait, limits)
         return wait
 
@@ -248,7 +283,6 @@ class Client:
                 @functools.wraps(fn)
                 async def awrapper(*args: Any, **kw: Any) -> Any:
                     async with await aclient.acquire(descriptors, cost=cost, costs=costs, max_wait=max_wait):
-                        self._last = dict(descriptors)
                         return await fn(*args, **kw)
                 return awrapper  # type: ignore[return-value]
 
@@ -277,9 +311,10 @@ class Reservation:
     when it was answered), or ``cancel()`` to give the booking back exactly.
     ``lease`` settles and releases it."""
 
-    def __init__(self, client: Client, decision: Decision) -> None:
+    def __init__(self, client: Client, decision: Decision, descriptors: Dict[str, str]) -> None:
         self._client = client
         self.decision = decision
+        self.descriptors = descriptors
         self.lease: str = decision.lease or ""
         self.wait: float = decision.wait or 0.0
         self._done = False
@@ -301,11 +336,17 @@ class Ticket:
     """An admitted request: settle it inside the block, and its in-flight
     slot is released on exit (also on an exception)."""
 
-    def __init__(self, client: Any, decision: Decision) -> None:
+    def __init__(self, client: Any, decision: Decision, descriptors: Dict[str, str]) -> None:
         self._client = client
         self.decision = decision
+        self.descriptors = descriptors
         self.lease: str = decision.lease or ""
         self._released = False
+
+    def report_response(self, status: int, headers: Headers, *, limits: Optional[List[str]] = None) -> Any:
+        """Client.report_response for this request's descriptors (safe with
+        concurrent requests); a coroutine for an AsyncClient's ticket."""
+        return self._client.report_response(status, headers, descriptors=self.descriptors, limits=limits)
 
     def settle(self, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> Any:
         """Settle the request with what it used (see Client.settle)."""
@@ -319,6 +360,8 @@ class Ticket:
         return self._client.release(self.lease)
 
     def __enter__(self) -> "Ticket":
+        if isinstance(self._client, AsyncClient):
+            raise TypeError("an AsyncClient's ticket is an async context manager: use `async with`")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -374,14 +417,14 @@ class AsyncClient:
         """Client.acquire; a cancelled task while sleeping cancels the
         booking. The Ticket is an async context manager."""
         r = await self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait)
-        self._c._last = dict(descriptors)
+        _current.set(r.descriptors)
         try:
             if r.wait > 0:
                 await asyncio.sleep(r.wait)
         except BaseException:
             await r.cancel()
             raise
-        return Ticket(self, r.decision)
+        return Ticket(self, r.decision, r.descriptors)
 
     async def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> None:
         """Client.settle."""
@@ -397,8 +440,9 @@ class AsyncClient:
 
     async def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
                               limits: Optional[List[str]] = None) -> Optional[float]:
-        """Client.report_response."""
-        return await self._run(self._c.report_response, status, headers, descriptors=descriptors, limits=limits)
+        """Client.report_response (by default for this task's last acquire)."""
+        d = descriptors if descriptors is not None else _current.get()
+        return await self._run(self._c.report_response, status, headers, descriptors=d, limits=limits)
 
     def limited(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
                 max_wait: float = 3.0) -> Callable[[F], F]:
@@ -411,7 +455,7 @@ class AsyncReservation:
 
     def __init__(self, client: AsyncClient, r: Reservation) -> None:
         self._client, self._r = client, r
-        self.decision, self.lease, self.wait = r.decision, r.lease, r.wait
+        self.decision, self.lease, self.wait, self.descriptors = r.decision, r.lease, r.wait, r.descriptors
 
     async def cancel(self) -> None:
         """Return the booking exactly."""

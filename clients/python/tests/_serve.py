@@ -4,8 +4,10 @@ port, and stops it."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -13,6 +15,9 @@ from typing import List, Optional
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _built: Optional[str] = None
+# Every file and directory the tests make lives here, removed at exit.
+TMP = tempfile.mkdtemp(prefix="sluice-py-")
+atexit.register(shutil.rmtree, TMP, True)
 
 
 def binary() -> str:
@@ -20,7 +25,7 @@ def binary() -> str:
     if os.environ.get("SLUICE_BIN"):
         return os.environ["SLUICE_BIN"]
     if _built is None:
-        out = os.path.join(tempfile.mkdtemp(prefix="sluice-py-"), "sluice")
+        out = os.path.join(TMP, "sluice")
         subprocess.run(["go", "build", "-o", out, "./cmd/sluice"], cwd=ROOT, check=True)
         _built = out
     return _built
@@ -31,7 +36,7 @@ class Serve:
     ``url`` is where it serves."""
 
     def __init__(self, policy: str, *args: str) -> None:
-        self.dir = tempfile.mkdtemp(prefix="sluice-py-")
+        self.dir = tempfile.mkdtemp(dir=TMP)
         path = os.path.join(self.dir, "policy.yaml")
         with open(path, "w") as f:
             f.write(policy)
@@ -45,7 +50,7 @@ class Serve:
     @staticmethod
     def file(content: str) -> str:
         """A file holding content (a token for --auth-token-file)."""
-        fd, path = tempfile.mkstemp(prefix="sluice-py-")
+        fd, path = tempfile.mkstemp(dir=TMP)
         with os.fdopen(fd, "w") as f:
             f.write(content)
         return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 import threading
 import time
@@ -193,8 +194,8 @@ class Pause(unittest.TestCase):
         wait = a.report_response(200, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"})
         self.assertEqual(wait, 1.5, "nothing left with a reset: pause the last acquire's descriptors")
         self.assertFalse(b.check(k).allowed)
-        with self.assertRaises(ValueError):
-            Client(srv.url).report_response(429, {"Retry-After": "1"})
+        with self.assertRaises(ValueError):  # a thread or task that acquired nothing names no descriptors
+            contextvars.Context().run(Client(srv.url).report_response, 429, {"Retry-After": "1"})
 
 
 class Errors(unittest.TestCase):
@@ -209,8 +210,9 @@ class Errors(unittest.TestCase):
         with self.assertRaises(BadRequest) as e:
             c.settle("no-such-lease", actual_cost=1)
         self.assertEqual((e.exception.status, e.exception.code), (404, "unknown_lease"))
-        with self.assertRaises(BadRequest):
-            c.pause(key(), 100000)  # more than 24 h
+        with self.assertRaises(BadRequest) as e:
+            c.pause({"tool": "t"}, 1, limits=["calls"])  # not a token bucket
+        self.assertEqual(e.exception.code, "bad_request")
         with self.assertRaises(Unauthorized):
             Client(secured.url).check(key())
         self.assertTrue(Client(secured.url, token="s3cret").check(key()).allowed)
@@ -225,6 +227,26 @@ class Errors(unittest.TestCase):
         with self.assertRaises(ServiceUnavailable) as e:
             Client(storeless.url).check(key())
         self.assertEqual((e.exception.status, e.exception.code), (503, "store_error"))
+
+    def test_bad_arguments_raise_before_sending(self) -> None:
+        c = Client(srv.url)
+        k = key()
+        for kw in ({"cost": 2.9}, {"cost": True}, {"cost": -1}, {"costs": {"tpm": "12"}}, {"costs": {"tpm": float("nan")}},
+                   {"max_wait": float("inf")}, {"max_wait": 1e12}):
+            with self.assertRaises(ValueError, msg=str(kw)):
+                c.check(k, **kw)  # type: ignore[arg-type]
+        for bad in ({"api_key": None}, {"api_key": True}, {"": "x"}):
+            with self.assertRaises(ValueError, msg=str(bad)):
+                c.check(bad)  # type: ignore[arg-type]
+        with self.assertRaises(ValueError):
+            c.reserve(k, max_wait=None)  # type: ignore[arg-type]
+        with self.assertRaises(ValueError):
+            c.pause(k, 100000)  # more than 24 h
+        with self.assertRaises(ValueError):
+            c.report_response("429", {}, descriptors=k)  # type: ignore[arg-type]
+        with self.assertRaises(ValueError):
+            c.settle("lease", actual_costs={"tpm": 1.5})
+        self.assertTrue(Client(secured.url, token="s3cret\n").check(key()).allowed, "a token read from a file, newline and all")
 
     def test_service_down(self) -> None:
         port = free_port()
@@ -245,6 +267,39 @@ class Errors(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 2, "no hang past the timeout")
         finally:
             s.close()
+
+
+class Concurrent(unittest.TestCase):
+    def test_report_response_pauses_the_callers_own_key(self) -> None:
+        async def main() -> dict:
+            a = AsyncClient(srv.url)
+            ka, kb = key(), key()
+
+            async def worker(k: dict, delay: float, status: int) -> None:
+                async with await a.acquire(k, max_wait=3):
+                    await asyncio.sleep(delay)
+                    await a.report_response(status, {"retry-after": "5"})
+
+            await asyncio.gather(worker(ka, 0.2, 429), worker(kb, 0.1, 200))
+            sync = Client(srv.url)
+            out = {"a": sync.check(ka).allowed, "b": sync.check(kb).allowed}
+            tk = sync.acquire(key(), max_wait=1)
+            out["ticket"] = tk.report_response(429, {"retry-after": "5"})
+            out["ticket_paused"] = not sync.check(tk.descriptors).allowed
+            tk.release()
+            return out
+        out = asyncio.run(main())
+        self.assertEqual(out, {"a": False, "b": True, "ticket": 5.0, "ticket_paused": True},
+                         "each task's report pauses its own key (the one that got the 429); a ticket names its own")
+
+    def test_async_ticket_needs_async_with(self) -> None:
+        async def main() -> None:
+            t = await AsyncClient(srv.url).acquire(key(), max_wait=1)
+            with self.assertRaises(TypeError):
+                with t:  # type: ignore[attr-defined]
+                    pass
+            await t.release()
+        asyncio.run(main())
 
 
 class Async(unittest.TestCase):

@@ -69,28 +69,48 @@ export interface Reservation {
   cancel(): Promise<void>;
 }
 
-/** An admitted request: `settle` it with what it used, `release()` its in-flight slot when done (idempotent). */
+/** An admitted request: `settle` it with what it used, `release()` its in-flight slot when done (idempotent); `reportResponse` reads the provider's answer for this request's descriptors (safe with concurrent requests). */
 export interface Ticket {
   lease: string;
   decision: Decision;
+  descriptors: Descriptors;
   settle(opts: SettleOptions): Promise<void>;
   release(): Promise<void>;
+  reportResponse(response: { status: number; headers: HeadersLike }, o?: { limits?: string[] }): Promise<number | undefined>;
 }
+
+/** The longest wait, pause or timeout the client accepts, in seconds (the service's own pause cap: 24 hours). */
+export const MAX_SECONDS = 86400;
 
 function seconds(v: number | undefined, what: string): number | undefined {
   if (v === undefined) return undefined;
-  if (typeof v !== "number" || !(v >= 0) || !Number.isFinite(v)) throw new TypeError(`${what} must be a non-negative number of seconds, not ${String(v)}`);
+  if (typeof v !== "number" || !(v >= 0 && v <= MAX_SECONDS)) throw new TypeError(`${what} must be a number of seconds from 0 to ${MAX_SECONDS}, not ${String(v)}`);
   return Math.ceil(v * 1000); // rounded up: never less than asked
 }
 
-function checkBody(o: CheckOptions, reserve: boolean): Record<string, unknown> {
-  const d = o?.descriptors;
-  if (d === null || typeof d !== "object" || Array.isArray(d) || Object.keys(d).length === 0) {
+function cost(v: unknown, what: string): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) throw new TypeError(`${what} must be a whole number of at least 0, not ${String(v)}`);
+  return v;
+}
+
+function costMap(m: Record<string, number>, what: string): Record<string, number> {
+  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, cost(v, `${what}.${k}`)]));
+}
+
+function descriptorsOf(d: unknown): Descriptors {
+  if (d === null || typeof d !== "object" || Array.isArray(d) || Object.keys(d as object).length === 0) {
     throw new TypeError(`descriptors must be a non-empty object of names to values, not ${JSON.stringify(d)}`);
   }
-  const b: Record<string, unknown> = { descriptors: Object.fromEntries(Object.entries(d).map(([k, v]) => [k, String(v)])) };
-  if (o.cost !== undefined) b.cost = o.cost;
-  if (o.costs && Object.keys(o.costs).length > 0) b.costs = o.costs;
+  return Object.fromEntries(Object.entries(d as Record<string, unknown>).map(([k, v]) => {
+    if (typeof v !== "string" && !(typeof v === "number" && Number.isSafeInteger(v))) throw new TypeError(`descriptor ${k}: ${String(v)} is not a string (nor a whole number)`);
+    return [k, String(v)];
+  }));
+}
+
+function checkBody(o: CheckOptions, reserve: boolean): Record<string, unknown> {
+  const b: Record<string, unknown> = { descriptors: descriptorsOf(o?.descriptors) };
+  if (o.cost !== undefined) b.cost = cost(o.cost, "cost");
+  if (o.costs && Object.keys(o.costs).length > 0) b.costs = costMap(o.costs, "costs");
   const mw = seconds(o.maxWait, "maxWait");
   if (mw !== undefined) b.max_wait_ms = mw;
   if (reserve) b.reserve = true;
@@ -155,9 +175,11 @@ export class Client {
   constructor(opts: { url: string; token?: string; timeout?: number }) {
     const { url, token, timeout = 5 } = opts ?? ({} as any);
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`url must be http://host:port or https://..., not ${String(url)}`);
-    if (typeof timeout !== "number" || !(timeout > 0) || !Number.isFinite(timeout)) throw new TypeError(`timeout must be a positive number of seconds, not ${String(timeout)}`);
+    if (typeof timeout !== "number" || !(timeout > 0 && timeout <= MAX_SECONDS)) throw new TypeError(`timeout must be a number of seconds above 0 and at most ${MAX_SECONDS}, not ${String(timeout)}`);
+    const t = token?.trim();
+    if (token !== undefined && (!t || /[\r\n]/.test(t))) throw new TypeError("token is empty or spans several lines");
     this.url = url.replace(/\/+$/, "");
-    this.token = token;
+    this.token = t;
     this.timeout = timeout;
   }
 
@@ -174,7 +196,9 @@ export class Client {
       status = res.status;
       raw = await res.text();
     } catch (e) {
-      throw new ServiceUnavailableError(`sluice: ${this.url} could not be reached within ${limit} s: ${(e as Error)?.message ?? e}`);
+      const cause = (e as { cause?: { code?: string; message?: string } })?.cause;
+      const why = ctl.signal.aborted ? "no answer in time" : [(e as Error)?.message, cause?.code ?? cause?.message].filter(Boolean).join(": ");
+      throw new ServiceUnavailableError(`sluice: ${this.url} could not be reached within ${limit} s: ${why}`);
     } finally {
       clearTimeout(timer);
     }
@@ -198,7 +222,7 @@ export class Client {
     if (o?.maxWait === undefined) throw new TypeError("reserve needs maxWait (seconds)");
     o.signal?.throwIfAborted();
     const d = decision(await this.post("/v1/check", checkBody(o, true), 0, [200, 429]));
-    if (!d.allowed) throw new RateLimitedError(`sluice: not admitted within maxWait (${o.maxWait} s); retry after ${d.retryAfter} s`, d.retryAfter);
+    if (!d.allowed) throw new RateLimitedError(`sluice: not admitted within maxWait (${o.maxWait} s, and the service books at most its --max-wait ahead, 10 s by default); retry after ${d.retryAfter} s`, d.retryAfter);
     let done = false;
     const r: Reservation = {
       wait: d.wait ?? 0, lease: d.lease ?? "", decision: d,
@@ -224,7 +248,8 @@ export class Client {
   /** Book, wait the turn, and return a ticket; `release()` it when done. An aborted `signal` while waiting cancels the booking. */
   async acquire(o: ReserveOptions): Promise<Ticket> {
     const r = await this.reserve(o);
-    this.last = { ...o.descriptors };
+    const descriptors = descriptorsOf(o.descriptors);
+    this.last = descriptors;
     try {
       if (r.wait > 0) await sleep(r.wait, o.signal);
     } catch (e) {
@@ -233,8 +258,9 @@ export class Client {
     }
     let released = false;
     return {
-      lease: r.lease, decision: r.decision,
+      lease: r.lease, decision: r.decision, descriptors,
       settle: (s: SettleOptions) => this.settle(r.lease, s),
+      reportResponse: (response, ro = {}) => this.reportResponse(response, { descriptors, limits: ro.limits }),
       release: async () => {
         if (released) return;
         released = true;
@@ -247,8 +273,8 @@ export class Client {
   async settle(lease: string, s: SettleOptions): Promise<void> {
     if (!lease) throw new TypeError("lease is empty (a refused request has none)");
     const b: Record<string, unknown> = { lease };
-    if (s?.actualCost !== undefined) b.actual_cost = s.actualCost;
-    if (s?.actualCosts && Object.keys(s.actualCosts).length > 0) b.actual_costs = s.actualCosts;
+    if (s?.actualCost !== undefined) b.actual_cost = cost(s.actualCost, "actualCost");
+    if (s?.actualCosts && Object.keys(s.actualCosts).length > 0) b.actual_costs = costMap(s.actualCosts, "actualCosts");
     await this.post("/v1/settle", b);
   }
 
@@ -261,7 +287,7 @@ export class Client {
   /** A server's retry hint for every client: the limits of `descriptors` (`limits` names some; default every token-bucket limit that applies) admit nothing for `retryAfter` seconds. Resolves to the pause's end, Unix seconds. */
   async pause(o: { descriptors: Descriptors; retryAfter: number; limits?: string[] }): Promise<number> {
     const ms = seconds(o?.retryAfter, "retryAfter") ?? 0;
-    const b: Record<string, unknown> = { descriptors: checkBody({ descriptors: o.descriptors }, false).descriptors, retry_after_ms: Math.max(ms, 1) };
+    const b: Record<string, unknown> = { descriptors: descriptorsOf(o?.descriptors), retry_after_ms: Math.max(ms, 1) };
     if (o.limits && o.limits.length > 0) b.limits = o.limits;
     const ans = await this.post("/v1/pause", b);
     return Number(ans.paused_until_ms ?? 0) / 1000;
@@ -279,8 +305,9 @@ export class Client {
     };
   }
 
-  /** Read a provider's answer (a fetch Response, or `{status, headers}`) and, when its rate-limit headers say wait (a 429/503 with a hint, or a budget at 0 with a reset), pause the last `acquire`/`limited`'s descriptors (or `descriptors`) for every client. Resolves to the pause's length in seconds, undefined when nothing says wait. */
+  /** Read a provider's answer (a fetch Response, or `{status, headers}`) and, when its rate-limit headers say wait (a 429/503 with a hint, or a budget at 0 with a reset), pause `descriptors` for every client — by default this client's last `acquire`/`limited` call's (with concurrent calls, use the ticket's own `reportResponse`). `limits` names the limits to pause (default every token-bucket limit applying). Resolves to the pause's length in seconds, undefined when nothing says wait. */
   async reportResponse(response: { status: number; headers: HeadersLike }, o: { descriptors?: Descriptors; limits?: string[] } = {}): Promise<number | undefined> {
+    if (!Number.isInteger(response?.status)) throw new TypeError(`response.status must be an HTTP status code, not ${String(response?.status)}`);
     const wait = waitOf(response.status, response.headers);
     if (wait === undefined) return undefined;
     const d = o.descriptors ?? this.last;

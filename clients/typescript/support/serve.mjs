@@ -1,7 +1,7 @@
 // Starts a real `sluice serve` for the tests (the binary in $SLUICE_BIN, else
 // one built from this repository with `go build`) on a free loopback port.
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { createInterface } from "node:readline";
@@ -9,18 +9,21 @@ import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 let built;
+// Every file and directory the tests make lives here, removed at exit.
+const tmp = mkdtempSync(join(tmpdir(), "sluice-ts-"));
+process.on("exit", () => rmSync(tmp, { recursive: true, force: true }));
 
 export function binary() {
   if (process.env.SLUICE_BIN) return process.env.SLUICE_BIN;
   if (!built) {
-    built = join(mkdtempSync(join(tmpdir(), "sluice-ts-")), "sluice");
+    built = join(tmp, "sluice");
     execFileSync("go", ["build", "-o", built, "./cmd/sluice"], { cwd: root, stdio: "inherit" });
   }
   return built;
 }
 
 export function tempFile(content) {
-  const p = join(mkdtempSync(join(tmpdir(), "sluice-ts-")), "f");
+  const p = join(mkdtempSync(join(tmp, "f-")), "f");
   writeFileSync(p, content);
   return p;
 }

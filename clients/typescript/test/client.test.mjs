@@ -132,7 +132,7 @@ test("every error code mapped", async () => {
   await assert.rejects(c.check({ descriptors: key(), costs: { tpm: 5000 } }), (e) => e instanceof CostExceedsCapacityError && e.limit === "tpm");
   await assert.rejects(c.check({ descriptors: key(), costs: { nope: 1 } }), (e) => e instanceof BadRequestError && e.code === "unknown_limit");
   await assert.rejects(c.settle("no-such-lease", { actualCost: 1 }), (e) => e instanceof BadRequestError && e.status === 404 && e.code === "unknown_lease");
-  await assert.rejects(c.pause({ descriptors: key(), retryAfter: 100000 }), BadRequestError);
+  await assert.rejects(c.pause({ descriptors: { tool: "t" }, retryAfter: 1, limits: ["calls"] }), (e) => e instanceof BadRequestError && e.code === "bad_request");
   await assert.rejects(new Client({ url: secured.url }).check({ descriptors: key() }), UnauthorizedError);
   assert.ok((await new Client({ url: secured.url, token: "s3cret" }).check({ descriptors: key() })).allowed);
   for (const bad of [{}, null, "x"]) await assert.rejects(c.check({ descriptors: bad }), TypeError);
@@ -140,6 +140,28 @@ test("every error code mapped", async () => {
   assert.throws(() => new Client({ url: "localhost:8080" }), TypeError);
   assert.ok(new RateLimitedError("x", 1) instanceof SluiceError && new ServiceUnavailableError("x") instanceof SluiceError);
   await assert.rejects(new Client({ url: storeless.url }).check({ descriptors: key() }), (e) => e instanceof ServiceUnavailableError && e.status === 503 && e.code === "store_error");
+});
+
+test("bad arguments throw TypeError before anything is sent", async () => {
+  const k = key();
+  for (const o of [{ cost: 2.9 }, { cost: -1 }, { cost: "3" }, { cost: Infinity }, { costs: { tpm: NaN } }, { costs: { tpm: "12" } }, { maxWait: Infinity }, { maxWait: 1e7 }]) {
+    await assert.rejects(c.check({ descriptors: k, ...o }), TypeError, JSON.stringify(o));
+  }
+  for (const d of [{ api_key: undefined }, { api_key: null }, { api_key: {} }]) await assert.rejects(c.check({ descriptors: d }), TypeError);
+  await assert.rejects(c.pause({ descriptors: k, retryAfter: 1e6 }), TypeError);
+  await assert.rejects(c.settle("lease", { actualCosts: { tpm: NaN } }), TypeError);
+  await assert.rejects(c.reportResponse({ status: "429", headers: {} }, { descriptors: k }), TypeError);
+  assert.throws(() => new Client({ url: srv.url, timeout: 3e6 }), TypeError);
+  assert.ok((await new Client({ url: secured.url, token: "s3cret\n" }).check({ descriptors: key() })).allowed, "a token read from a file, newline and all");
+});
+
+test("a ticket's reportResponse pauses its own descriptors", async () => {
+  const [ka, kb] = [key(), key()];
+  const [ta, tb] = await Promise.all([c.acquire({ descriptors: ka, maxWait: 1 }), c.acquire({ descriptors: kb, maxWait: 1 })]);
+  assert.equal(await ta.reportResponse({ status: 429, headers: { "retry-after": "5" } }), 5);
+  await Promise.all([ta.release(), tb.release()]);
+  assert.equal((await c.check({ descriptors: ka })).allowed, false, "the key that got the 429 is paused");
+  assert.equal((await c.check({ descriptors: kb })).allowed, true, "the other is not");
 });
 
 test("a service that is down or silent: ServiceUnavailableError within the timeout", async () => {
