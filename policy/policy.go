@@ -173,6 +173,9 @@ type Policy struct {
 	// whose values are shown only as a short hash in logs and key listings
 	// (see DisplayKey). Keys in the store are not affected.
 	Redact []string
+	// Request says how descriptors are read from an HTTP request
+	// (request_descriptors; forward-auth's /v1/auth), in file order.
+	Request []RequestDescriptor
 	// Version is a hash of the file's content (sha256, first 16 hex digits).
 	Version string
 	// Source is the file's text.

@@ -56,11 +56,12 @@ func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 }
 
 // topFields are the fields of the top-level mapping.
-var topFields = []string{"limits", "costs", "redact"}
+var topFields = []string{"limits", "costs", "redact", "request_descriptors"}
 
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
 	seenLimits := false
+	var request *yaml.Node
 	for _, f := range v.pairs(root, "") {
 		switch f.key.Value {
 		case "limits":
@@ -70,12 +71,17 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 			v.costs(f.val, p)
 		case "redact":
 			p.Redact = v.redact(f.val)
+		case "request_descriptors":
+			request = f.val
 		default:
 			v.at(f.key, "", f.key.Value, "unknown field"+suggestOrList(f.key.Value, topFields))
 		}
 	}
 	if !seenLimits {
 		v.add(&Error{Line: root.Line, Column: root.Column, Msg: "missing limits list"})
+	}
+	if request != nil { // (after the limits, which it checks)
+		v.requestDescriptors(request, p)
 	}
 	v.checkCosts(p)
 }

@@ -52,6 +52,9 @@ if ! command -v curl >/dev/null; then apt_install curl; fi
 # Headless Chromium (Debian's package) loads the live page in cmd/sluice's
 # TestLivePage.
 if ! command -v chromium >/dev/null; then apt_install chromium; fi
+# nginx (Debian's package) for docs/proxies.md's forward-auth recipe
+# (cmd/sluice TestForwardAuthNginx).
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then apt_install nginx; fi
 promtool --version 2>&1 | head -1
 
 # The workspace's modules (go.work; see "Modules" in the README) are

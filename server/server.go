@@ -150,6 +150,8 @@ func New(cfg Config) (*Server, error) {
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
 		s.mux.HandleFunc("GET /v1/top", s.auth(s.top))
 		s.mux.HandleFunc("GET /v1/stats", s.auth(s.stats))
+		s.mux.HandleFunc("GET /v1/auth", s.auth(s.forwardAuth))
+		s.mux.HandleFunc("POST /v1/auth", s.auth(s.forwardAuth))
 		// The live page: one embedded file, no external resources; its
 		// reads of /v1/stats and /v1/top carry the token (the page itself
 		// holds no data).

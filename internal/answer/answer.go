@@ -246,12 +246,18 @@ func (p Problem) Write(w http.ResponseWriter) {
 // forward-auth): 429 with h's fields (Retry-After among them) and the body
 // {"error": "rate limit exceeded", "code": "rate_limited", "retry_after_ms": N}.
 func Refused(w http.ResponseWriter, h Headers, retryAfter time.Duration) {
+	RefusedWith(w, http.StatusTooManyRequests, h, retryAfter)
+}
+
+// RefusedWith is Refused with another status (a proxy that passes only
+// some statuses from its auth service, as nginx's auth_request).
+func RefusedWith(w http.ResponseWriter, status int, h Headers, retryAfter time.Duration) {
 	h.Set(w.Header())
 	ms := int64(0)
 	if retryAfter > 0 {
 		ms = int64((retryAfter + time.Millisecond - 1) / time.Millisecond)
 	}
-	WriteJSON(w, http.StatusTooManyRequests, struct {
+	WriteJSON(w, status, struct {
 		Error        string `json:"error"`
 		Code         string `json:"code"`
 		RetryAfterMS int64  `json:"retry_after_ms"`

@@ -1,0 +1,198 @@
+package policy
+
+// Descriptors read from an HTTP request (request_descriptors): for
+// forward-auth (/v1/auth), where a proxy forwards the request it guards.
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// RequestDescriptor says how one descriptor is read from a request:
+//
+//	request_descriptors:
+//	  client_ip: {from: client_ip, trusted_proxies: [127.0.0.0/8]}
+//	  api_key:   {from: header, name: X-API-Key}
+//	  route:     {from: path, prefixes: [/export, /search]}
+//	  method:    {from: method}
+type RequestDescriptor struct {
+	Name string // the descriptor's name
+	// From is "client_ip", "header", "path" or "method".
+	From string
+	// Header is the header read (From "header").
+	Header string
+	// TrustedProxies (From "client_ip") are the peers whose
+	// X-Forwarded-For is believed: the client is the nearest address in it
+	// that is not a trusted proxy; a peer outside them is the client
+	// itself, whatever its headers say.
+	TrustedProxies []netip.Prefix
+	// Prefixes (From "path"): the descriptor is the longest prefix the
+	// path starts with (at a "/" boundary or exactly), else "other"; no
+	// prefixes: the path itself.
+	Prefixes []string
+}
+
+// RequestView is what a request says of itself, as a proxy forwards it.
+type RequestView struct {
+	Method string
+	Path   string   // without the query
+	Peer   netip.Addr
+	// ForwardedFor is the X-Forwarded-For chain, in order (nearest proxy
+	// last).
+	ForwardedFor []netip.Addr
+	Header       http.Header
+}
+
+// RequestDescriptors reads p's request_descriptors from r. A header that
+// is absent leaves its descriptor out (limits needing it do not apply).
+func (p *Policy) RequestDescriptors(r RequestView) map[string]string {
+	out := make(map[string]string, len(p.Request))
+	for _, d := range p.Request {
+		switch d.From {
+		case "method":
+			out[d.Name] = r.Method
+		case "header":
+			if v := r.Header.Get(d.Header); v != "" {
+				out[d.Name] = v
+			}
+		case "path":
+			out[d.Name] = d.route(r.Path)
+		case "client_ip":
+			if ip := d.clientIP(r); ip.IsValid() {
+				out[d.Name] = ip.String()
+			}
+		}
+	}
+	return out
+}
+
+func (d *RequestDescriptor) route(path string) string {
+	if len(d.Prefixes) == 0 {
+		return path
+	}
+	best := ""
+	for _, p := range d.Prefixes {
+		if len(p) > len(best) && strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/' || strings.HasSuffix(p, "/")) {
+			best = p
+		}
+	}
+	if best == "" {
+		return "other"
+	}
+	return best
+}
+
+func (d *RequestDescriptor) trusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range d.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientIP is the peer, or, when the peer is a trusted proxy, the nearest
+// address of X-Forwarded-For that is not (the farthest one when all are).
+func (d *RequestDescriptor) clientIP(r RequestView) netip.Addr {
+	ip := r.Peer.Unmap()
+	if !d.trusted(ip) {
+		return ip
+	}
+	for i := len(r.ForwardedFor) - 1; i >= 0; i-- {
+		ip = r.ForwardedFor[i].Unmap()
+		if !d.trusted(ip) {
+			return ip
+		}
+	}
+	return ip
+}
+
+// requestFrom are the sources of request_descriptors.
+var requestFrom = []string{"client_ip", "header", "path", "method"}
+
+// requestDescriptors validates the request_descriptors mapping.
+func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
+	if n.Kind != yaml.MappingNode {
+		v.at(n, "", "request_descriptors", "must be a mapping of descriptor names to {from: ...}")
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		bad := func(msg string, args ...any) { v.at(val, "", "request_descriptors", k.Value+": "+fmt.Sprintf(msg, args...)) }
+		if !validName(k.Value) {
+			v.at(k, "", "request_descriptors", fmt.Sprintf("descriptor name %q must be letters, digits, _ - or .", k.Value))
+			continue
+		}
+		if val.Kind != yaml.MappingNode {
+			bad("must be a mapping such as {from: header, name: X-API-Key}")
+			continue
+		}
+		d := RequestDescriptor{Name: k.Value}
+		ok := true
+		for j := 0; j+1 < len(val.Content); j += 2 {
+			fk, fv := val.Content[j], val.Content[j+1]
+			switch fk.Value {
+			case "from":
+				d.From = fv.Value
+			case "name":
+				d.Header = http.CanonicalHeaderKey(fv.Value)
+			case "trusted_proxies":
+				for _, e := range fv.Content {
+					pr, err := netip.ParsePrefix(e.Value)
+					if err != nil {
+						if a, aerr := netip.ParseAddr(e.Value); aerr == nil {
+							pr = netip.PrefixFrom(a, a.BitLen())
+						} else {
+							bad("trusted_proxies: %q is not an address or CIDR prefix", e.Value)
+							ok = false
+							continue
+						}
+					}
+					d.TrustedProxies = append(d.TrustedProxies, pr.Masked())
+				}
+			case "prefixes":
+				for _, e := range fv.Content {
+					if !strings.HasPrefix(e.Value, "/") {
+						bad("prefixes: %q must start with /", e.Value)
+						ok = false
+					}
+					d.Prefixes = append(d.Prefixes, e.Value)
+				}
+			default:
+				bad("unknown field %q (from, name, trusted_proxies, prefixes)", fk.Value)
+				ok = false
+			}
+		}
+		switch {
+		case !slices.Contains(requestFrom, d.From):
+			bad("from %q is not %s", d.From, orList(requestFrom))
+			ok = false
+		case d.From == "header" && d.Header == "":
+			bad("from: header needs name (the header to read)")
+			ok = false
+		case d.From != "header" && d.Header != "":
+			bad("name applies to from: header only")
+			ok = false
+		case d.From != "client_ip" && len(d.TrustedProxies) > 0:
+			bad("trusted_proxies applies to from: client_ip only")
+			ok = false
+		case d.From != "path" && len(d.Prefixes) > 0:
+			bad("prefixes applies to from: path only")
+			ok = false
+		}
+		if ok {
+			p.Request = append(p.Request, d)
+		}
+	}
+	for _, l := range p.Limits {
+		if l.Kind == Concurrency {
+			v.add(&Error{Line: l.Line, Limit: l.Name, Field: "max_in_flight", Msg: "a max_in_flight limit cannot be used with request_descriptors: forward-auth (/v1/auth) has no done signal to release its slot"})
+		}
+	}
+}

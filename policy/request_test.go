@@ -1,0 +1,75 @@
+package policy_test
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+const requestSrc = `
+request_descriptors:
+  client_ip: {from: client_ip, trusted_proxies: [127.0.0.0/8, "::1"]}
+  api_key:   {from: header, name: x-api-key}
+  route:     {from: path, prefixes: [/export, /search, /search/deep]}
+  method:    {from: method}
+limits:
+  - {name: per_ip, key: "ip:{client_ip}", capacity: 5, refill: 1/s}
+`
+
+func TestRequestDescriptors(t *testing.T) {
+	p, err := policy.Parse([]byte(requestSrc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr
+	h := http.Header{}
+	h.Set("X-API-Key", "k1")
+	for _, c := range []struct {
+		view policy.RequestView
+		want map[string]string
+	}{
+		// an untrusted peer is the client, whatever its X-Forwarded-For says
+		{policy.RequestView{Method: "GET", Path: "/export/all", Peer: a("203.0.113.9"), ForwardedFor: []netip.Addr{a("1.2.3.4")}, Header: h},
+			map[string]string{"client_ip": "203.0.113.9", "api_key": "k1", "route": "/export", "method": "GET"}},
+		// a trusted proxy: the nearest untrusted address of the chain
+		{policy.RequestView{Method: "POST", Path: "/search/deep/x", Peer: a("127.0.0.1"), ForwardedFor: []netip.Addr{a("6.6.6.6"), a("198.51.100.7"), a("127.0.0.2")}},
+			map[string]string{"client_ip": "198.51.100.7", "route": "/search/deep", "method": "POST"}},
+		// all trusted: the farthest; a path no prefix matches is "other" ("/searching" is not under "/search")
+		{policy.RequestView{Method: "GET", Path: "/searching", Peer: a("::1"), ForwardedFor: []netip.Addr{a("127.0.0.9")}},
+			map[string]string{"client_ip": "127.0.0.9", "route": "other", "method": "GET"}},
+	} {
+		got := p.RequestDescriptors(c.view)
+		if len(got) != len(c.want) {
+			t.Errorf("%+v: %v, want %v", c.view, got, c.want)
+			continue
+		}
+		for k, v := range c.want {
+			if got[k] != v {
+				t.Errorf("%+v: %s = %q, want %q", c.view, k, got[k], v)
+			}
+		}
+	}
+}
+
+func TestRequestDescriptorsErrors(t *testing.T) {
+	for src, want := range map[string]string{
+		"request_descriptors: {a: {from: cookie}}\n":                                                                   `from "cookie" is not`,
+		"request_descriptors: {a: {from: header}}\n":                                                                   "needs name",
+		"request_descriptors: {a: {from: client_ip, trusted_proxies: [nope]}}\n":                                       `"nope" is not an address or CIDR prefix`,
+		"request_descriptors: {a: {from: path, prefixes: [export]}}\n":                                                 "must start with /",
+		"request_descriptors: {a: {from: method, name: X}}\n":                                                          "name applies to from: header only",
+		"request_descriptors: {a: {from: method, extra: 1}}\n":                                                         `unknown field "extra"`,
+		"request_descriptors: [a]\n":                                                                                   "must be a mapping",
+		"request_descriptors: {a: {from: method}}\nlimits:\n  - {name: c, key: x, max_in_flight: 2, lease_ttl: 30s}\n": "forward-auth (/v1/auth) has no done signal",
+	} {
+		if !strings.Contains(src, "limits:") {
+			src += "limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n"
+		}
+		if _, err := policy.Parse([]byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
+	}
+}

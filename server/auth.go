@@ -1,0 +1,90 @@
+package server
+
+// Forward-auth: GET|POST /v1/auth, asked by a proxy (nginx auth_request,
+// Caddy forward_auth, Traefik ForwardAuth) about the request it guards.
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/answer"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// forwardedView reads what a proxy forwards of the request it guards: the
+// method (X-Forwarded-Method, X-Original-Method), the URI
+// (X-Forwarded-Uri, X-Original-URI, X-Original-Url; else the auth
+// request's own), the X-Forwarded-For chain and the headers; the peer is
+// the connection's.
+func forwardedView(r *http.Request) policy.RequestView {
+	v := policy.RequestView{Method: r.Method, Path: r.URL.Path, Header: r.Header}
+	for _, h := range []string{"X-Forwarded-Method", "X-Original-Method"} {
+		if m := r.Header.Get(h); m != "" {
+			v.Method = strings.ToUpper(m)
+			break
+		}
+	}
+	for _, h := range []string{"X-Forwarded-Uri", "X-Original-Uri", "X-Original-Url"} {
+		if u := r.Header.Get(h); u != "" {
+			if pu, err := url.Parse(u); err == nil {
+				v.Path = pu.Path
+			}
+			break
+		}
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		v.Peer, _ = netip.ParseAddr(host)
+	}
+	for _, line := range r.Header.Values("X-Forwarded-For") {
+		for _, part := range strings.Split(line, ",") {
+			if a, err := netip.ParseAddr(strings.TrimSpace(part)); err == nil {
+				v.ForwardedFor = append(v.ForwardedFor, a)
+			} else {
+				v.ForwardedFor = nil // a malformed chain is no chain: the peer decides
+				return v
+			}
+		}
+	}
+	return v
+}
+
+// forwardAuth serves /v1/auth: the descriptors are read from the forwarded request
+// by the policy's request_descriptors, decided as a check, and answered as
+// a proxy copies them: 200 with the RateLimit fields, or 429 (?deny=403
+// for nginx, whose auth_request passes only 2xx, 401 and 403) with
+// Retry-After, the RateLimit fields and a small JSON body.
+func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
+	deny := http.StatusTooManyRequests
+	switch r.URL.Query().Get("deny") {
+	case "", "429":
+	case "403":
+		deny = http.StatusForbidden
+	case "401":
+		deny = http.StatusUnauthorized
+	default:
+		fail(w, http.StatusBadRequest, "bad_request", "deny %.10q must be 429, 403 or 401", r.URL.Query().Get("deny"))
+		return
+	}
+	p := s.cfg.Limiter.Policy()
+	if len(p.Request) == 0 {
+		fail(w, http.StatusNotFound, "no_request_descriptors", "the policy has no request_descriptors: /v1/auth cannot read descriptors from a request")
+		return
+	}
+	desc := p.RequestDescriptors(forwardedView(r))
+	res, err := s.cfg.Limiter.Check(r.Context(), limiter.Request{Descriptors: desc})
+	if err != nil {
+		answer.Classify(err).Write(w)
+		return
+	}
+	h := answer.OfResult(res)
+	if !res.Allowed {
+		answer.RefusedWith(w, deny, h, res.RetryAfter)
+		return
+	}
+	h.Set(w.Header())
+	w.WriteHeader(http.StatusOK)
+}
