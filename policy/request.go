@@ -40,7 +40,7 @@ type RequestDescriptor struct {
 // RequestView is what a request says of itself, as a proxy forwards it.
 type RequestView struct {
 	Method string
-	Path   string   // without the query
+	Path   string // without the query
 	Peer   netip.Addr
 	// ForwardedFor is the X-Forwarded-For chain, in order (nearest proxy
 	// last).
@@ -124,7 +124,9 @@ func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
-		bad := func(msg string, args ...any) { v.at(val, "", "request_descriptors", k.Value+": "+fmt.Sprintf(msg, args...)) }
+		bad := func(msg string, args ...any) {
+			v.at(val, "", "request_descriptors", k.Value+": "+fmt.Sprintf(msg, args...))
+		}
 		if !validName(k.Value) {
 			v.at(k, "", "request_descriptors", fmt.Sprintf("descriptor name %q must be letters, digits, _ - or .", k.Value))
 			continue
