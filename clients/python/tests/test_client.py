@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import socket
 import threading
 import time
@@ -14,21 +15,9 @@ from sluice_client import (AsyncClient, BadRequest, Client, CostExceedsCapacity,
 
 from ._serve import Serve
 
-POLICY = """
-limits:
-  - name: rpm
-    key: "api_key:{api_key}"
-    capacity: 5
-    refill_per_second: 5
-  - name: tpm
-    key: "api_key:{api_key}"
-    capacity: 1000
-    refill_per_second: 1000
-  - name: calls
-    key: "tool:{tool}"
-    max_in_flight: 1
-    lease_ttl: 30s
-"""
+# The policy both clients' tests use.
+with open(os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "policy.yaml")) as _f:
+    POLICY = _f.read()
 
 
 def free_port() -> int:

@@ -2,26 +2,16 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
+import { readFileSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
 import {
   Client, RateLimitedError, CostExceedsCapacityError, BadRequestError, UnauthorizedError, ServiceUnavailableError, SluiceError,
 } from "../dist/index.js";
 import { serve, tempFile } from "../support/serve.mjs";
 
-const POLICY = `
-limits:
-  - name: rpm
-    key: "api_key:{api_key}"
-    capacity: 5
-    refill_per_second: 5
-  - name: tpm
-    key: "api_key:{api_key}"
-    capacity: 1000
-    refill_per_second: 1000
-  - name: calls
-    key: "tool:{tool}"
-    max_in_flight: 1
-    lease_ttl: 30s
-`;
+// The policy both clients' tests use.
+const POLICY = readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "..", "testdata", "policy.yaml"), "utf8");
 
 let srv, secured, storeless, c;
 const freePort = () => new Promise((r) => { const s = createServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => r(p)); }); });
