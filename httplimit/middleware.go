@@ -7,10 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // KeyFunc names a request: the descriptors (tenant, user, client_ip,
@@ -24,38 +24,40 @@ type KeyFunc func(*http.Request) (map[string]string, error)
 // trusted proxies, and the first other address is the client. With no
 // trusted proxies, X-Forwarded-For is ignored (it is the client's to forge).
 func ClientIP(trusted ...netip.Prefix) KeyFunc {
-	isTrusted := func(a netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(a.Unmap()) {
-				return true
-			}
-		}
-		return false
-	}
 	return func(r *http.Request) (map[string]string, error) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		peer, err := peerOf(r)
 		if err != nil {
-			host = r.RemoteAddr
+			return nil, err
 		}
-		peer, err := netip.ParseAddr(host)
+		return map[string]string{"client_ip": policy.ClientIP(peer, r.Header.Values("X-Forwarded-For"), trusted).String()}, nil
+	}
+}
+
+// peerOf is the address of r's connection.
+func peerOf(r *http.Request) (netip.Addr, error) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("client address %q: %v", r.RemoteAddr, err)
+	}
+	return peer, nil
+}
+
+// FromPolicy returns a KeyFunc reading the descriptors of the policy in
+// force of l (its request_descriptors section: client_ip past trusted
+// proxies, headers, the path by prefix, the method) from the request
+// itself, the way /v1/auth reads them from a request a proxy forwards.
+func FromPolicy(l *limiter.Limiter) KeyFunc {
+	return func(r *http.Request) (map[string]string, error) {
+		peer, err := peerOf(r)
 		if err != nil {
-			return nil, fmt.Errorf("client address %q: %v", r.RemoteAddr, err)
+			return nil, err
 		}
-		client := peer.Unmap()
-		if isTrusted(client) {
-			hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
-			for i := len(hops) - 1; i >= 0; i-- {
-				a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-				if err != nil {
-					break // a malformed hop: stop at the last good one
-				}
-				client = a.Unmap()
-				if !isTrusted(client) {
-					break
-				}
-			}
-		}
-		return map[string]string{"client_ip": client.String()}, nil
+		return l.Policy().RequestDescriptors(policy.RequestView{Method: r.Method, Path: r.URL.Path, Peer: peer,
+			ForwardedFor: r.Header.Values("X-Forwarded-For"), Header: r.Header}), nil
 	}
 }
 

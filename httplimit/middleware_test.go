@@ -265,3 +265,42 @@ func (failing) Take(context.Context, []store.Item) (store.Result, error) {
 func (failing) Release(context.Context, store.Lease) error       { return nil }
 func (failing) Adjust(context.Context, []store.Adjustment) error { return nil }
 func (failing) Close() error                                     { return nil }
+
+// FromPolicy reads the descriptors the policy's request_descriptors name
+// from the request itself: each API key its own bucket, the route by
+// prefix.
+func TestMiddlewareFromPolicy(t *testing.T) {
+	p, err := policy.Parse([]byte(`
+request_descriptors:
+  api_key: {from: header, name: X-API-Key}
+  route:   {from: path, prefixes: [/export]}
+limits:
+  - {name: per_key, key: "key:{api_key}", capacity: 1, refill_per_second: 0.01}
+  - {name: exports, key: "exports", when: {route: /export}, capacity: 2, refill_per_second: 0.01}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.New(p, frozenStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(httplimit.NewMiddleware(l, httplimit.FromPolicy(l)).Handle(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	defer ts.Close()
+	get := func(path, key string) *http.Response {
+		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		req.Header.Set("X-API-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	if a, b, c := get("/export/x", "k1").StatusCode, get("/export/y", "k2").StatusCode, get("/x", "k1").StatusCode; a != 200 || b != 200 || c != 429 {
+		t.Fatalf("rule: one bucket per API key read from the header: %d %d %d", a, b, c)
+	}
+	if a, b := get("/export/z", "k3"), get("/other", "k4"); a.StatusCode != 429 || !strings.Contains(a.Header.Get("RateLimit"), `"exports";r=0`) || b.StatusCode != 200 {
+		t.Fatalf("rule: the route by prefix: /export/* spends the exports limit (2 used), /other does not: %d %v, %d", a.StatusCode, a.Header, b.StatusCode)
+	}
+}

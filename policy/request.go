@@ -42,9 +42,9 @@ type RequestView struct {
 	Method string
 	Path   string // without the query
 	Peer   netip.Addr
-	// ForwardedFor is the X-Forwarded-For chain, in order (nearest proxy
-	// last).
-	ForwardedFor []netip.Addr
+	// ForwardedFor is the X-Forwarded-For header's values, as received
+	// (the nearest proxy's hop last).
+	ForwardedFor []string
 	Header       http.Header
 }
 
@@ -87,30 +87,43 @@ func (d *RequestDescriptor) route(path string) string {
 	return best
 }
 
-func (d *RequestDescriptor) trusted(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range d.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+// clientIP is the client's address by d's trusted proxies (ClientIP).
+func (d *RequestDescriptor) clientIP(r RequestView) netip.Addr {
+	return ClientIP(r.Peer, r.ForwardedFor, d.TrustedProxies)
 }
 
-// clientIP is the peer, or, when the peer is a trusted proxy, the nearest
-// address of X-Forwarded-For that is not (the farthest one when all are).
-func (d *RequestDescriptor) clientIP(r RequestView) netip.Addr {
-	ip := r.Peer.Unmap()
-	if !d.trusted(ip) {
-		return ip
+// ClientIP is the client's address of a request from peer with the
+// X-Forwarded-For values xff: the peer, unless it is in trusted; then
+// X-Forwarded-For is read from the right, skipping trusted proxies, and
+// the first other address is the client (the last one read when all are
+// trusted; a malformed hop stops the reading at the hop before it). With
+// no trusted proxies X-Forwarded-For is ignored: it is the client's to
+// forge. The one rule of sluice's client addresses (forward-auth,
+// httplimit.ClientIP).
+func ClientIP(peer netip.Addr, xff []string, trusted []netip.Prefix) netip.Addr {
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
 	}
-	for i := len(r.ForwardedFor) - 1; i >= 0; i-- {
-		ip = r.ForwardedFor[i].Unmap()
-		if !d.trusted(ip) {
-			return ip
+	client := peer.Unmap()
+	if !isTrusted(client) {
+		return client
+	}
+	hops := strings.Split(strings.Join(xff, ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // a malformed hop: stop at the last good one
+		}
+		if client = a.Unmap(); !isTrusted(client) {
+			break
 		}
 	}
-	return ip
+	return client
 }
 
 // requestFrom are the sources of request_descriptors.

@@ -32,13 +32,13 @@ func TestRequestDescriptors(t *testing.T) {
 		want map[string]string
 	}{
 		// an untrusted peer is the client, whatever its X-Forwarded-For says
-		{policy.RequestView{Method: "GET", Path: "/export/all", Peer: a("203.0.113.9"), ForwardedFor: []netip.Addr{a("1.2.3.4")}, Header: h},
+		{policy.RequestView{Method: "GET", Path: "/export/all", Peer: a("203.0.113.9"), ForwardedFor: []string{"1.2.3.4"}, Header: h},
 			map[string]string{"client_ip": "203.0.113.9", "api_key": "k1", "route": "/export", "method": "GET"}},
 		// a trusted proxy: the nearest untrusted address of the chain
-		{policy.RequestView{Method: "POST", Path: "/search/deep/x", Peer: a("127.0.0.1"), ForwardedFor: []netip.Addr{a("6.6.6.6"), a("198.51.100.7"), a("127.0.0.2")}},
+		{policy.RequestView{Method: "POST", Path: "/search/deep/x", Peer: a("127.0.0.1"), ForwardedFor: []string{"6.6.6.6, 198.51.100.7", "127.0.0.2"}},
 			map[string]string{"client_ip": "198.51.100.7", "route": "/search/deep", "method": "POST"}},
 		// all trusted: the farthest; a path no prefix matches is "other" ("/searching" is not under "/search")
-		{policy.RequestView{Method: "GET", Path: "/searching", Peer: a("::1"), ForwardedFor: []netip.Addr{a("127.0.0.9")}},
+		{policy.RequestView{Method: "GET", Path: "/searching", Peer: a("::1"), ForwardedFor: []string{"127.0.0.9"}},
 			map[string]string{"client_ip": "127.0.0.9", "route": "other", "method": "GET"}},
 	} {
 		got := p.RequestDescriptors(c.view)

@@ -39,16 +39,7 @@ func forwardedView(r *http.Request) policy.RequestView {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		v.Peer, _ = netip.ParseAddr(host)
 	}
-	for _, line := range r.Header.Values("X-Forwarded-For") {
-		for _, part := range strings.Split(line, ",") {
-			if a, err := netip.ParseAddr(strings.TrimSpace(part)); err == nil {
-				v.ForwardedFor = append(v.ForwardedFor, a)
-			} else {
-				v.ForwardedFor = nil // a malformed chain is no chain: the peer decides
-				return v
-			}
-		}
-	}
+	v.ForwardedFor = r.Header.Values("X-Forwarded-For")
 	return v
 }
 
