@@ -102,6 +102,20 @@ type Config struct {
 	Status func() any
 }
 
+// AuthHandler serves forward-auth alone (GET|POST /v1/auth, with the
+// token when AuthToken is set, and GET /healthz): sluice serve
+// --auth-listen. It needs a Limiter.
+func (s *Server) AuthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/auth", s.auth(s.forwardAuth))
+	mux.HandleFunc("POST /v1/auth", s.auth(s.forwardAuth))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fail(w, http.StatusNotFound, "not_found", "this address serves /v1/auth only (--auth-listen)")
+	})
+	return mux
+}
+
 // Server is the HTTP service. It is safe for concurrent use.
 type Server struct {
 	cfg     Config

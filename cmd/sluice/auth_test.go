@@ -181,3 +181,34 @@ func nginxRecipe(t *testing.T, addr string) string {
 	block = strings.ReplaceAll(block, "http://127.0.0.1:8080/", "http://"+addr+"/")
 	return strings.ReplaceAll(block, "http://upstream;", "http://app;")
 }
+
+// --auth-listen serves /v1/auth alone on a port of its own.
+func TestForwardAuthListen(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, authPolicy)
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := serve(t, "--config", pol, "--auth-listen", fmt.Sprintf("127.0.0.1:%d", port))
+	auth := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for i, want := range []int{200, 200, 200, 200, 200, 429} {
+		res, err := http.Get(auth + "/v1/auth")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Fatalf("request %d on --auth-listen: %d, want %d", i, res.StatusCode, want)
+		}
+	}
+	if res, err := http.Post(auth+"/v1/check", "application/json", strings.NewReader(`{"descriptors":{}}`)); err != nil || res.StatusCode != 404 {
+		t.Fatalf("rule: --auth-listen serves /v1/auth only: %v %v", res, err)
+	}
+	if code, _ := call(t, p, "GET", "/v1/auth", ""); code != 429 {
+		t.Fatalf("the main listener serves /v1/auth too, on the same budget: %d", code)
+	}
+	if code, _, errOut := runCmd(t, "", "serve", "--envoy-config", t.TempDir(), "--grpc", "127.0.0.1:0", "--auth-listen", "127.0.0.1:0"); code != 2 || !strings.Contains(errOut, "--auth-listen") {
+		t.Fatalf("--auth-listen with --envoy-config: %d %s", code, errOut)
+	}
+}

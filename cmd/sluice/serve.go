@@ -47,6 +47,7 @@ type serveCmd struct {
 	MaxBody            int64         `default:"65536" help:"Largest request body in bytes, at least 1."`
 	Idempotency        time.Duration `default:"5m" help:"How long a request_id's answer is remembered (positive)."`
 	LeaseWindow        time.Duration `default:"10m" help:"How long a check's receipt is kept for /v1/settle (positive; a lease holding in-flight slots is kept until they expire)."`
+	AuthListen         string        `help:"Also serve forward-auth (/v1/auth) alone on this address, for a proxy that must reach a port of its own (policy mode)."`
 	Shadow             bool          `help:"Shadow mode for every limit: evaluated and counted as if enforced, never refusing (answers carry shadow_refused; metrics result=\"shadow_rejected\")."`
 	TopKeys            int           `default:"100" help:"Counters per limit for the heaviest keys (/v1/top, sluice top) over the last 15 minutes; 0: not kept."`
 	MaxReceipts        int           `default:"1000000" help:"Most receipts kept for /v1/settle, at least 1; beyond it the oldest are dropped (settle answers 404 receipt_dropped; counted in sluice_receipts_dropped_total)."`
@@ -77,6 +78,8 @@ func (c serveCmd) Validate() error {
 		return errors.New("serve needs --config (a sluice policy) or --envoy-config (Envoy's format)")
 	case c.EnvoyConfig != "" && c.GRPC == "":
 		return errors.New("--envoy-config is served over gRPC: give --grpc ADDR")
+	case c.EnvoyConfig != "" && c.AuthListen != "":
+		return errors.New("--auth-listen serves forward-auth from a policy's request_descriptors: it needs --config, not --envoy-config")
 	}
 	for _, x := range []struct {
 		bad   bool
@@ -194,6 +197,16 @@ func (c serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	var aln net.Listener
+	if c.AuthListen != "" {
+		if aln, err = net.Listen("tcp", c.AuthListen); err != nil {
+			ln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			return fmt.Errorf("--auth-listen %s: %w", c.AuthListen, err)
+		}
+	}
 	// Signals are caught from here on: a SIGTERM once "serving" is logged
 	// always drains.
 	stop := make(chan os.Signal, 1)
@@ -205,7 +218,12 @@ func (c serveCmd) Run(e *env) error {
 
 	started = true
 	run, grpcAddr := s.start(st, srv.Handler(), ln, gln, tlsCfg)
-	s.logServing(ln.Addr().String(), grpcAddr, tlsCfg != nil, shared.name)
+	authAddr := ""
+	if aln != nil {
+		authAddr = aln.Addr().String()
+		run.serveAuth(s.c, srv.AuthHandler(), aln, tlsCfg, s.log)
+	}
+	s.logServing(ln.Addr().String(), grpcAddr, authAddr, tlsCfg != nil, shared.name)
 	var tick <-chan time.Time
 	if c.Reload > 0 {
 		t := time.NewTicker(c.Reload)
@@ -230,7 +248,7 @@ func (c serveCmd) Run(e *env) error {
 // start serves HTTP on ln and, with gln, gRPC (the Envoy service of the
 // configuration in force); it returns what runs and the gRPC address.
 func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *quietListener, tlsCfg *tls.Config) (*running, string) {
-	run := &running{st: st, fresh: &freshConns{m: map[net.Conn]struct{}{}}, gln: gln, errc: make(chan error, 2)}
+	run := &running{st: st, fresh: &freshConns{m: map[net.Conn]struct{}{}}, gln: gln, errc: make(chan error, 3)}
 	run.hs = s.c.httpServer(h, tlsCfg, run.fresh, s.log)
 	go func() {
 		if tlsCfg != nil {
@@ -408,8 +426,11 @@ func (c serveCmd) httpServer(h http.Handler, tlsCfg *tls.Config, fresh *freshCon
 }
 
 // logServing logs the startup line.
-func (s *service) logServing(httpAddr, grpcAddr string, tlsOn bool, storeName string) {
+func (s *service) logServing(httpAddr, grpcAddr, authAddr string, tlsOn bool, storeName string) {
 	common := []any{"http", httpAddr, "grpc", grpcAddr, "tls", tlsOn, "version", versionString(), "store", storeName}
+	if authAddr != "" {
+		common = append(common, "auth", authAddr)
+	}
 	if s.p != nil {
 		s.log.Info("sluice serving", append(common, "policy", s.c.Config, "policy_version", s.p.Version, "limits", len(s.p.Limits))...)
 		return

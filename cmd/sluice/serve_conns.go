@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,8 @@ type running struct {
 	st    store.Store
 	hs    *http.Server
 	fresh *freshConns
+	as    *http.Server // --auth-listen's; nil without
+	afrsh *freshConns
 	gs    *grpc.Server
 	gln   *quietListener
 	errc  chan error
@@ -41,6 +44,9 @@ type running struct {
 // serving on its own).
 func (r *running) stopAll() {
 	r.hs.Close()
+	if r.as != nil {
+		r.as.Close()
+	}
 	if r.gs != nil {
 		r.gln.closeAll()
 		r.gs.Stop()
@@ -57,13 +63,17 @@ func (r *running) drain(log *slog.Logger, sig os.Signal) error {
 	var wg sync.WaitGroup
 	var httpErr, grpcErr error
 	wg.Go(func() { httpErr = drainHTTP(ctx, r.hs, r.fresh) })
+	var authErr error
+	if r.as != nil {
+		wg.Go(func() { authErr = drainHTTP(ctx, r.as, r.afrsh) })
+	}
 	if r.gs != nil {
 		wg.Go(func() { grpcErr = drainGRPC(ctx, r.gs, r.gln) })
 	}
 	wg.Wait()
 	cancel()
 	r.st.Close()
-	if err := errors.Join(httpErr, grpcErr); err != nil {
+	if err := errors.Join(httpErr, grpcErr, authErr); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
@@ -252,4 +262,18 @@ func newGRPC(svc rls.RateLimitServiceServer) *grpc.Server {
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs
+}
+
+// serveAuth serves forward-auth alone on ln (--auth-listen), with the HTTP
+// server's limits and TLS.
+func (r *running) serveAuth(c serveCmd, h http.Handler, ln net.Listener, tlsCfg *tls.Config, log *slog.Logger) {
+	r.afrsh = &freshConns{m: map[net.Conn]struct{}{}}
+	r.as = c.httpServer(h, tlsCfg, r.afrsh, log)
+	go func() {
+		if tlsCfg != nil {
+			r.errc <- r.as.ServeTLS(ln, "", "")
+		} else {
+			r.errc <- r.as.Serve(ln)
+		}
+	}()
 }
