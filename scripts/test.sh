@@ -164,6 +164,13 @@ step "clients: Python tests (clients/python)"
 step "clients: TypeScript tests (clients/typescript)"
 (cd clients/typescript && SLUICE_BIN="$clientdir/sluice" node --test test/)
 
+# Caddy v2 built from its Go module (tools/caddy, outside the workspace)
+# for docs/proxies.md's forward_auth recipe (cmd/sluice TestForwardAuthCaddy).
+step "build Caddy from its Go module (tools/caddy)"
+(cd tools/caddy && GOWORK=off go build -o "$clientdir/caddy" .)
+export SLUICE_CADDY="$clientdir/caddy"
+"$SLUICE_CADDY" version
+
 # Last, so that the run closes on go test's own summary lines.
 step "go test -race"
 go test -race -count=1 "${pkgs[@]}"

@@ -117,21 +117,56 @@ http {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), &hits, func() string {
+		log, _ := os.ReadFile(filepath.Join(dir, "out.log"))
+		elog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		return string(log) + string(elog)
+	})
+}
+
+// recipe is docs/proxies.md's first block of lang.
+func recipe(t *testing.T, lang string) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "proxies.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	start := strings.Index(s, "```"+lang+"\n")
+	if start < 0 {
+		t.Fatalf("docs/proxies.md has no %s block", lang)
+	}
+	block := s[start+len("```"+lang+"\n"):]
+	return block[:strings.Index(block, "```")]
+}
+
+// nginxRecipe is docs/proxies.md's nginx server block, pointed at sluice
+// at addr and the upstream "app".
+func nginxRecipe(t *testing.T, addr string) string {
+	t.Helper()
+	block := strings.ReplaceAll(recipe(t, "nginx"), "http://127.0.0.1:8080/", "http://"+addr+"/")
+	return strings.ReplaceAll(block, "http://upstream;", "http://app;")
+}
+
+// burstThroughProxy sends 8 requests to base, each with another spoofed
+// X-Forwarded-For, after one warm-up request, and checks the forward-auth
+// rules on authPolicy's per_ip limit (capacity 5): the warm-up and 4 more
+// admitted and reaching the upstream (hits), then 429 with Retry-After and
+// the RateLimit fields.
+func burstThroughProxy(t *testing.T, base string, hits *atomic.Int64, logs func() string) {
+	t.Helper()
 	for i := 0; ; i++ {
 		if res, err := http.Get(base + "/warmup-not-limited-by-exports"); err == nil {
 			res.Body.Close()
-			break
+			if res.StatusCode == 200 {
+				break
+			}
 		}
-		if i > 100 {
-			log, _ := os.ReadFile(filepath.Join(dir, "out.log"))
-			elog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx did not start: %s %s", log, elog)
+		if i > 200 {
+			t.Fatalf("the proxy did not start: %s", logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// The warm-up took 1 of the 5; 4 more pass, whatever X-Forwarded-For
-	// the client sends (nginx sets it from the connection), then 429.
 	admitted, refused := 0, 0
 	var last *http.Response
 	for i := range 8 {
@@ -149,7 +184,7 @@ http {
 			refused++
 			last = res
 		default:
-			t.Fatalf("status %d from nginx", res.StatusCode)
+			t.Fatalf("status %d from the proxy", res.StatusCode)
 		}
 	}
 	if admitted != 4 || refused != 4 {
@@ -159,56 +194,47 @@ http {
 		t.Fatalf("rule: admitted requests reach the upstream, refused ones do not: %d hits", got)
 	}
 	if last.Header.Get("Retry-After") == "" || !strings.Contains(last.Header.Get("RateLimit"), `"per_ip";r=0`) {
-		t.Fatalf("rule: nginx answers 429 with Retry-After and the RateLimit fields: %v", last.Header)
+		t.Fatalf("rule: the proxy answers 429 with Retry-After and the RateLimit fields: %v", last.Header)
 	}
 }
 
-// nginxRecipe is docs/proxies.md's nginx server block, pointed at sluice
-// at addr and the upstream "app".
-func nginxRecipe(t *testing.T, addr string) string {
-	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "proxies.md"))
-	if err != nil {
-		t.Fatal(err)
+// The Caddy recipe of docs/proxies.md, against Caddy built from its Go
+// module (scripts/test.sh builds tools/caddy and sets SLUICE_CADDY).
+func TestForwardAuthCaddy(t *testing.T) {
+	caddy := os.Getenv("SLUICE_CADDY")
+	if caddy == "" {
+		var err error
+		if caddy, err = exec.LookPath("caddy"); err != nil {
+			t.Fatal("Caddy is needed: cd tools/caddy && GOWORK=off go build, then SLUICE_CADDY=path (scripts/test.sh does)")
+		}
 	}
-	s := string(doc)
-	start := strings.Index(s, "```nginx\n")
-	if start < 0 {
-		t.Fatal("docs/proxies.md has no nginx block")
-	}
-	block := s[start+len("```nginx\n"):]
-	block = block[:strings.Index(block, "```")]
-	block = strings.ReplaceAll(block, "http://127.0.0.1:8080/", "http://"+addr+"/")
-	return strings.ReplaceAll(block, "http://upstream;", "http://app;")
-}
-
-// --auth-listen serves /v1/auth alone on a port of its own.
-func TestForwardAuthListen(t *testing.T) {
+	var hits atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer upstream.Close()
 	pol := filepath.Join(t.TempDir(), "p.yaml")
 	writePolicy(t, pol, authPolicy)
+	p := serve(t, "--config", pol)
 	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := serve(t, "--config", pol, "--auth-listen", fmt.Sprintf("127.0.0.1:%d", port))
-	auth := fmt.Sprintf("http://127.0.0.1:%d", port)
-	for i, want := range []int{200, 200, 200, 200, 200, 429} {
-		res, err := http.Get(auth + "/v1/auth")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != want {
-			t.Fatalf("request %d on --auth-listen: %d, want %d", i, res.StatusCode, want)
-		}
+	conf := recipe(t, "caddyfile")
+	conf = strings.ReplaceAll(conf, "http://127.0.0.1:8000", fmt.Sprintf("http://127.0.0.1:%d", port))
+	conf = strings.ReplaceAll(conf, "forward_auth 127.0.0.1:8080", "forward_auth "+strings.TrimPrefix(p.addr, "http://"))
+	conf = strings.ReplaceAll(conf, "reverse_proxy upstream:9000", "reverse_proxy "+strings.TrimPrefix(upstream.URL, "http://"))
+	dir := t.TempDir()
+	file := filepath.Join(dir, "Caddyfile")
+	os.WriteFile(file, []byte(conf), 0o644)
+	cmd := exec.Command(caddy, "run", "--config", file, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	out, _ := os.Create(filepath.Join(dir, "out.log"))
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	if res, err := http.Post(auth+"/v1/check", "application/json", strings.NewReader(`{"descriptors":{}}`)); err != nil || res.StatusCode != 404 {
-		t.Fatalf("rule: --auth-listen serves /v1/auth only: %v %v", res, err)
-	}
-	if code, _ := call(t, p, "GET", "/v1/auth", ""); code != 429 {
-		t.Fatalf("the main listener serves /v1/auth too, on the same budget: %d", code)
-	}
-	if code, _, errOut := runCmd(t, "", "serve", "--envoy-config", t.TempDir(), "--grpc", "127.0.0.1:0", "--auth-listen", "127.0.0.1:0"); code != 2 || !strings.Contains(errOut, "--auth-listen") {
-		t.Fatalf("--auth-listen with --envoy-config: %d %s", code, errOut)
-	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), &hits, func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
+		return string(b)
+	})
 }
