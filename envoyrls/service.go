@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -22,8 +23,23 @@ import (
 // Service implements rls.RateLimitServiceServer over a store.
 type Service struct {
 	rls.UnimplementedRateLimitServiceServer
-	cfg atomic.Pointer[Config]
-	st  store.Store
+	cfg       atomic.Pointer[Config]
+	st        store.Store
+	decisions *prometheus.CounterVec // nil: not counted
+}
+
+// Register counts the service's decisions in reg as
+// sluice_decisions_total{limit, result, attempt="original"}, as the policy
+// mode does: result "admitted", "rejected", or "shadow_rejected" for a
+// shadow_mode descriptor's would-be refusal; limit is the descriptor's
+// rate_limit name, else its key path in the configuration (bounded by the
+// configuration, never a request's value).
+func (s *Service) Register(reg prometheus.Registerer) error {
+	s.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_decisions_total",
+		Help: "Admission decisions per limit, by result (admitted/rejected/shadow_rejected) and attempt (original/retry).",
+	}, []string{"limit", "result", "attempt"})
+	return reg.Register(s.decisions)
 }
 
 // NewService serves cfg with state in st.
@@ -84,7 +100,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if err := c.decide(ctx, s.st); err != nil {
 		return nil, err
 	}
-	return c.respond(), nil
+	return c.respond(s.decisions), nil
 }
 
 // rlsCall is one ShouldRateLimit call: per descriptor what applies, the
@@ -95,6 +111,7 @@ type rlsCall struct {
 	items, shadow   []store.Item
 	index, shadowIx map[string]int // key -> index in items, in shadow; made when a call has several descriptors
 	overall         rls.RateLimitResponse_Code
+	shadowTaken     bool // the shadow items were decided (the call was admitted)
 }
 
 // collect matches every descriptor of req against the domain's tree root
@@ -216,13 +233,14 @@ func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
 		for j := range c.shadow {
 			st.Take(ctx, c.shadow[j:j+1])
 		}
+		c.shadowTaken = true
 	}
 	return nil
 }
 
 // respond renders the decisions: a status per descriptor and the
 // RateLimit fields of the tightest limited one.
-func (c *rlsCall) respond() *rls.RateLimitResponse {
+func (c *rlsCall) respond(decisions *prometheus.CounterVec) *rls.RateLimitResponse {
 	resp := &rls.RateLimitResponse{OverallCode: c.overall, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, 0, len(c.ds))}
 	var lbuf [8]answer.Limit
 	described := lbuf[:0] // the limited descriptors, for the RateLimit fields
@@ -230,6 +248,9 @@ func (c *rlsCall) respond() *rls.RateLimitResponse {
 		st, lim, ok := c.status(&c.ds[i])
 		if ok {
 			described = append(described, lim)
+			if decisions != nil {
+				decisions.WithLabelValues(limitLabel(c.ds[i].node), c.result(&c.ds[i], st, lim), "original").Inc()
+			}
 		}
 		resp.Statuses = append(resp.Statuses, st)
 	}
@@ -261,7 +282,11 @@ func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus
 		d = c.items[a.item].Decision
 	case a.shade:
 		d = c.shadow[c.shadowIx[a.key]].Decision // shadowIx is nil (index 0) for a lone descriptor
+		// The code stays OK; the RateLimit fields say what enforcing it
+		// would have (an undecided shadow, in a refused call, admits).
+		refused := a.over || c.shadowTaken && !d.Allowed
 		d.Allowed = true
+		defer func() { lim.Allowed = !refused }()
 	}
 	switch {
 	case a.over && !a.shade:
@@ -302,3 +327,27 @@ func unitSeconds(u rls.RateLimitResponse_RateLimit_Unit) float64 {
 func appendEscaped(b []byte, s string) []byte { return envoyEsc.Append(b, s) }
 
 var envoyEsc = keyesc.NewSet("|=")
+
+// limitLabel is a descriptor's limit as the metrics name it: its
+// rate_limit name, else its key (and value) in the configuration.
+func limitLabel(n *Node) string {
+	if n.Limit.Name != "" {
+		return n.Limit.Name
+	}
+	if n.Value != "" {
+		return n.Key + "_" + n.Value
+	}
+	return n.Key
+}
+
+// result is a decided descriptor's metrics result: admitted, rejected, or
+// shadow_rejected (a shadow_mode descriptor's would-be refusal).
+func (c *rlsCall) result(a *applied, st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit) string {
+	switch {
+	case a.shade && !lim.Allowed:
+		return "shadow_rejected"
+	case st.Code != rls.RateLimitResponse_OK:
+		return "rejected"
+	}
+	return "admitted"
+}

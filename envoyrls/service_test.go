@@ -12,6 +12,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -352,4 +353,61 @@ limits:
 	if r := ask(t, c, "d", 0, u); r.OverallCode != ok || r.Statuses[0].CurrentLimit.GetName() != "daily" || r.Statuses[0].LimitRemaining != 1 {
 		t.Fatalf("a new day: %v", r)
 	}
+}
+
+// shadow_mode in the Envoy format maps onto the policy mode's shadow:
+// never refusing (code OK), its RateLimit fields as if enforced, and its
+// would-be refusals counted as result="shadow_rejected".
+func TestShadowModeCountedApart(t *testing.T) {
+	cfg, err := envoyrls.LoadDir("testdata/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	svc := envoyrls.NewService(cfg, memstore.New(memstore.WithClock(clock)))
+	reg := prometheus.NewRegistry()
+	if err := svc.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var last *rls.RateLimitResponse
+	for range 3 { // canary_shadow: 1 per second
+		r, err := svc.ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("client", "canary")}})
+		if err != nil || r.OverallCode != rls.RateLimitResponse_OK || r.Statuses[0].Code != rls.RateLimitResponse_OK {
+			t.Fatalf("rule: shadow_mode never refuses: %v %v", r, err)
+		}
+		last = r
+	}
+	h := map[string]string{}
+	for _, hv := range last.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if !strings.Contains(h["RateLimit"], `"canary_shadow";r=0`) {
+		t.Fatalf("rule: the RateLimit fields are as if enforced: %v", h)
+	}
+	if got := counterOf(t, reg, "canary_shadow", "shadow_rejected"); got != 2 {
+		t.Fatalf("rule: shadow_mode's would-be refusals count as shadow_rejected: %v", got)
+	}
+	if got := counterOf(t, reg, "canary_shadow", "admitted"); got != 1 {
+		t.Fatalf("admitted: %v", got)
+	}
+}
+
+// counterOf is sluice_decisions_total{limit, result} in reg.
+func counterOf(t *testing.T, reg *prometheus.Registry, limit, result string) float64 {
+	t.Helper()
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if mf.GetName() == "sluice_decisions_total" && l["limit"] == limit && l["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s %s series", limit, result)
+	return 0
 }

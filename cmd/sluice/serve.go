@@ -262,6 +262,9 @@ func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *qu
 		var impl rls.RateLimitServiceServer
 		if s.p == nil {
 			s.svc = envoyrls.NewService(s.envoy.Load().cfg, st)
+			if err := s.svc.Register(s.reg); err != nil {
+				s.log.Error("metrics: the Envoy service's decisions are not counted", "error", err)
+			}
 			impl = s.svc
 		} else {
 			impl = envoyrls.NewPolicyService(s.lim)
@@ -287,6 +290,7 @@ type service struct {
 	svc                   *envoyrls.Service
 	reloads, reloadErrors prometheus.Counter
 	lastReload            atomic.Pointer[reloadInfo]
+	reg                   *prometheus.Registry // /metrics's
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -335,6 +339,7 @@ func (s *service) registry() *prometheus.Registry {
 	s.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_reload_errors_total",
 		Help: "Reloads rejected (the file unreadable or invalid); the configuration in force stays."})
 	reg.MustRegister(s.reloads, s.reloadErrors)
+	s.reg = reg
 	return reg
 }
 
