@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	pathpkg "path"
 	"slices"
 	"strings"
 
@@ -71,7 +72,8 @@ func (p *Policy) RequestDescriptors(r RequestView) map[string]string {
 	return out
 }
 
-func (d *RequestDescriptor) route(path string) string {
+func (d *RequestDescriptor) route(p string) string {
+	path := cleanPath(p)
 	if len(d.Prefixes) == 0 {
 		return path
 	}
@@ -85,6 +87,23 @@ func (d *RequestDescriptor) route(path string) string {
 		return "other"
 	}
 	return best
+}
+
+// cleanPath is p as a server resolves it: "." and ".." segments resolved
+// and repeated slashes merged (path.Clean), so that "//export/" and
+// "/x/../export/" match the prefix /export as the upstream serves them.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	c := pathpkg.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // clientIP is the client's address by d's trusted proxies (ClientIP).
@@ -158,6 +177,11 @@ func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
 			case "name":
 				d.Header = http.CanonicalHeaderKey(fv.Value)
 			case "trusted_proxies":
+				if fv.Kind != yaml.SequenceNode {
+					bad("trusted_proxies must be a list of addresses or CIDR prefixes, such as [127.0.0.1/32]")
+					ok = false
+					continue
+				}
 				for _, e := range fv.Content {
 					pr, err := netip.ParsePrefix(e.Value)
 					if err != nil {
@@ -172,6 +196,11 @@ func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
 					d.TrustedProxies = append(d.TrustedProxies, pr.Masked())
 				}
 			case "prefixes":
+				if fv.Kind != yaml.SequenceNode {
+					bad("prefixes must be a list of paths, such as [/export, /search]")
+					ok = false
+					continue
+				}
 				for _, e := range fv.Content {
 					if !strings.HasPrefix(e.Value, "/") {
 						bad("prefixes: %q must start with /", e.Value)

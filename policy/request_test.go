@@ -37,6 +37,11 @@ func TestRequestDescriptors(t *testing.T) {
 		// a trusted proxy: the nearest untrusted address of the chain
 		{policy.RequestView{Method: "POST", Path: "/search/deep/x", Peer: a("127.0.0.1"), ForwardedFor: []string{"6.6.6.6, 198.51.100.7", "127.0.0.2"}},
 			map[string]string{"client_ip": "198.51.100.7", "route": "/search/deep", "method": "POST"}},
+		// the path as the upstream resolves it: "//export/" and "/x/../export/x" are under /export
+		{policy.RequestView{Method: "GET", Path: "//export/", Peer: a("203.0.113.9")},
+			map[string]string{"client_ip": "203.0.113.9", "route": "/export", "method": "GET"}},
+		{policy.RequestView{Method: "GET", Path: "/x/../export/x", Peer: a("203.0.113.9")},
+			map[string]string{"client_ip": "203.0.113.9", "route": "/export", "method": "GET"}},
 		// all trusted: the farthest; a path no prefix matches is "other" ("/searching" is not under "/search")
 		{policy.RequestView{Method: "GET", Path: "/searching", Peer: a("::1"), ForwardedFor: []string{"127.0.0.9"}},
 			map[string]string{"client_ip": "127.0.0.9", "route": "other", "method": "GET"}},
@@ -70,6 +75,22 @@ func TestRequestDescriptorsErrors(t *testing.T) {
 		}
 		if _, err := policy.Parse([]byte(src)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", src, err, want)
+		}
+	}
+}
+
+// shadow is a YAML boolean: true, True or false; a quoted string or yes is
+// an error.
+func TestShadowIsABoolean(t *testing.T) {
+	for v, want := range map[string]bool{"true": true, "True": true, "false": false} {
+		p, err := policy.Parse([]byte("limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, shadow: " + v + "}\n"))
+		if err != nil || p.Limits[0].Shadow != want {
+			t.Errorf("shadow: %s: %v %v", v, err, err == nil && p.Limits[0].Shadow)
+		}
+	}
+	for _, v := range []string{`"true"`, "yes", "1"} {
+		if _, err := policy.Parse([]byte("limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, shadow: " + v + "}\n")); err == nil || !strings.Contains(err.Error(), "is not true or false") {
+			t.Errorf("shadow: %s: %v", v, err)
 		}
 	}
 }

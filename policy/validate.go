@@ -308,13 +308,12 @@ func (f *limitFields) common(l *Limit) {
 	if w := f.fields["when"]; w != nil {
 		l.When = f.v.stringMap(w, f.name, "when", true)
 	}
-	if s, ok := f.str("shadow"); ok {
-		switch s {
-		case "true":
-			l.Shadow = true
-		case "false":
+	if n := f.fields["shadow"]; n != nil {
+		switch {
+		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool":
+			l.Shadow = strings.EqualFold(n.Value, "true")
 		default:
-			f.bad("shadow", "%q is not true or false", s)
+			f.bad("shadow", "%q is not true or false", n.Value)
 		}
 	}
 	if s, ok := f.str("on_store_error"); ok {

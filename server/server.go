@@ -397,6 +397,12 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 		// OnStoreError is the limit's own on_store_error (absent: the
 		// server's --on-store-error).
 		OnStoreError string `json:"on_store_error,omitempty"`
+		// Shadow: in shadow mode (the limit's shadow: true, or --shadow).
+		Shadow bool `json:"shadow,omitempty"`
+	}
+	shadow := map[string]bool{}
+	for _, st := range s.cfg.Limiter.Statuses() {
+		shadow[st.Name] = st.Shadow
 	}
 	out := struct {
 		Version string `json:"version"`
@@ -404,7 +410,7 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 		Source  string `json:"source"`
 	}{Version: p.Version, Source: string(p.Source)}
 	for _, l := range p.Limits {
-		x := lim{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When, Capacity: l.Capacity(), OnStoreError: l.OnStoreError}
+		x := lim{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When, Capacity: l.Capacity(), OnStoreError: l.OnStoreError, Shadow: shadow[l.Name]}
 		switch l.Kind {
 		case policy.TokenBucket:
 			x.Refill = l.Bucket.Rate

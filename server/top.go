@@ -110,7 +110,7 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if v := q.Get("span"); v != "" {
 		if span, err = time.ParseDuration(v); err != nil || span <= 0 || span > TopSpan {
-			fail(w, http.StatusBadRequest, "bad_request", "span %.40q must be a duration from 1s to %v (1m, 15m)", v, TopSpan)
+			fail(w, http.StatusBadRequest, "bad_request", "span %.40q must be a positive duration of at most %v (1m, 15m; rounded up to whole %v epochs)", v, TopSpan, TopEpoch)
 			return
 		}
 	}
@@ -119,6 +119,10 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 			fail(w, http.StatusBadRequest, "bad_request", "n %.40q must be a whole number of at least 1", v)
 			return
 		}
+	}
+	if limit == "" {
+		fail(w, http.StatusBadRequest, "bad_request", "limit is required: /v1/top?limit=NAME (a limit of the policy)")
+		return
 	}
 	if by != "refused" && by != "admitted" {
 		fail(w, http.StatusBadRequest, "bad_request", "by %.40q must be refused or admitted", by)

@@ -198,6 +198,9 @@ func (c serveCmd) Run(e *env) error {
 		return err
 	}
 	var aln net.Listener
+	if c.AuthListen != "" && s.p != nil && len(s.p.Request) == 0 {
+		return fmt.Errorf("--auth-listen serves forward-auth, which reads descriptors by the policy's request_descriptors: %s has none", c.Config)
+	}
 	if c.AuthListen != "" {
 		if aln, err = net.Listen("tcp", c.AuthListen); err != nil {
 			ln.Close()

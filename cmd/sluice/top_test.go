@@ -47,7 +47,7 @@ func TestServeTopKeys(t *testing.T) {
 	}
 	for q, want := range map[string]string{
 		"limit=nope": "unknown_limit", "limit=per_key&by=x": "bad_request", "limit=per_key&span=16m": "bad_request",
-		"limit=per_key&n=0": "bad_request", "": "unknown_limit",
+		"limit=per_key&n=0": "bad_request", "": "limit is required",
 	} {
 		if code, body := call(t, p, "GET", "/v1/top?"+q, ""); code != 400 || !strings.Contains(body, want) {
 			t.Errorf("%s: %d %s", q, code, body)
