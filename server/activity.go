@@ -113,6 +113,7 @@ type LimitStats struct {
 	Algorithm       string  `json:"algorithm"`
 	Capacity        int64   `json:"capacity"`
 	RefillPerSecond float64 `json:"refill_per_second"`
+	Window          string  `json:"window,omitempty"` // a window's length, an in-flight cap's lease_ttl, a quota's period
 	Shadow          bool    `json:"shadow"`
 	Admitted        int64   `json:"admitted_total"`
 	Refused         int64   `json:"refused_total"`
@@ -139,8 +140,12 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Keys != nil {
 			pts, tot = s.cfg.Keys.activity.points(l.Name, now)
 		}
+		win := st.Period
+		if win == "" && st.Window > 0 {
+			win = st.Window.String()
+		}
 		ans.Limits = append(ans.Limits, LimitStats{Name: l.Name, Algorithm: st.Algorithm, Capacity: st.Capacity, RefillPerSecond: st.RefillPerSecond,
-			Shadow: st.Shadow, Admitted: tot[0], Refused: tot[1], ShadowRefused: tot[2], Series: pts})
+			Window: win, Shadow: st.Shadow, Admitted: tot[0], Refused: tot[1], ShadowRefused: tot[2], Series: pts})
 	}
 	writeJSON(w, http.StatusOK, ans)
 }

@@ -102,13 +102,9 @@ events { worker_connections 64; }
 http {
   access_log off;
   client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fcgi; uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
-  upstream app { server %[2]s; }
-  server {
-    listen 127.0.0.1:%[3]d;
-    %[4]s
-  }
+%[2]s
 }
-`, dir, strings.TrimPrefix(upstream.URL, "http://"), port, nginxRecipe(t, strings.TrimPrefix(p.addr, "http://")))
+`, dir, nginxRecipe(t, strings.TrimPrefix(p.addr, "http://"), strings.TrimPrefix(upstream.URL, "http://"), port))
 	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
 	cmd := exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
 	out, _ := os.Create(filepath.Join(dir, "out.log"))
@@ -140,12 +136,23 @@ func recipe(t *testing.T, lang string) string {
 	return block[:strings.Index(block, "```")]
 }
 
-// nginxRecipe is docs/proxies.md's nginx server block, pointed at sluice
-// at addr and the upstream "app".
-func nginxRecipe(t *testing.T, addr string) string {
+// nginxRecipe is docs/proxies.md's nginx configuration (the upstream and
+// server blocks, as written), pointed at sluice at addr and the upstream
+// at app, listening on port.
+func nginxRecipe(t *testing.T, addr, app string, port int) string {
 	t.Helper()
-	block := strings.ReplaceAll(recipe(t, "nginx"), "http://127.0.0.1:8080/", "http://"+addr+"/")
-	return strings.ReplaceAll(block, "http://upstream;", "http://app;")
+	block := recipe(t, "nginx")
+	for old, new := range map[string]string{
+		"http://127.0.0.1:8080/": "http://" + addr + "/",
+		"server 127.0.0.1:9000;": "server " + app + ";",
+		"listen 80;":             fmt.Sprintf("listen 127.0.0.1:%d;", port),
+	} {
+		if !strings.Contains(block, old) {
+			t.Fatalf("docs/proxies.md's nginx recipe has no %q", old)
+		}
+		block = strings.ReplaceAll(block, old, new)
+	}
+	return block
 }
 
 // burstThroughProxy sends 8 requests to base, each with another spoofed
