@@ -70,11 +70,13 @@ func (t *Keys) ObserveKey(limit, key string, admitted int64, refused, shadow boo
 
 // TopAnswer is the body of a /v1/top answer.
 type TopAnswer struct {
-	Limit string       `json:"limit"`
-	By    string       `json:"by"`
-	Span  string       `json:"span"`
-	K     int          `json:"k"`
-	Keys  []topk.Entry `json:"keys"`
+	Limit string `json:"limit"`
+	// Shadow: the limit is in shadow mode (its refusals are would-be ones).
+	Shadow bool         `json:"shadow,omitempty"`
+	By     string       `json:"by"`
+	Span   string       `json:"span"`
+	K      int          `json:"k"`
+	Keys   []topk.Entry `json:"keys"`
 }
 
 // Query answers the n heaviest keys of limit by "refused" (count of
@@ -138,5 +140,11 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "unknown_limit", "limit %.64q is not in the policy (limits: %v)", limit, names)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.cfg.Keys.Query(limit, by, span, min(n, s.cfg.Keys.k)))
+	ans := s.cfg.Keys.Query(limit, by, span, min(n, s.cfg.Keys.k))
+	for _, st := range s.cfg.Limiter.Statuses() {
+		if st.Name == limit {
+			ans.Shadow = st.Shadow
+		}
+	}
+	writeJSON(w, http.StatusOK, ans)
 }

@@ -41,11 +41,12 @@ func (c topCmd) Validate() error {
 
 // topAnswer is /v1/top's body.
 type topAnswer struct {
-	Limit string `json:"limit"`
-	By    string `json:"by"`
-	Span  string `json:"span"`
-	K     int    `json:"k"`
-	Keys  []struct {
+	Limit  string `json:"limit"`
+	Shadow bool   `json:"shadow"`
+	By     string `json:"by"`
+	Span   string `json:"span"`
+	K      int    `json:"k"`
+	Keys   []struct {
 		Key   string `json:"key"`
 		Count int64  `json:"count"`
 		Error int64  `json:"error"`
@@ -127,8 +128,11 @@ func (c topCmd) Run(e *env) error {
 // renderTop writes one limit's table: rank, key, count and its error bound.
 func renderTop(w io.Writer, a topAnswer) {
 	unit := "refused"
-	if a.By == "admitted" {
+	switch {
+	case a.By == "admitted":
 		unit = "admitted cost"
+	case a.Shadow:
+		unit = "would refuse: shadow"
 	}
 	fmt.Fprintf(w, "\n%s (%s, k=%d)\n", a.Limit, unit, a.K)
 	if len(a.Keys) == 0 {

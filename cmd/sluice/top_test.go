@@ -61,6 +61,15 @@ func TestServeTopKeys(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "per_key (admitted cost") || !strings.Contains(out, "per_tenant (admitted cost") {
 		t.Fatalf("sluice top --once without --limit lists every limit: %d\n%s", code, out)
 	}
+	shadowPol := filepath.Join(t.TempDir(), "s.yaml")
+	writePolicy(t, shadowPol, "limits:\n  - {name: trial, key: \"t:{t}\", capacity: 1, refill_per_second: 0.01, shadow: true}\n")
+	sp := serve(t, "--config", shadowPol)
+	for range 3 {
+		call(t, sp, "POST", "/v1/check", `{"descriptors":{"t":"a"}}`)
+	}
+	if code, out, _ := runCmd(t, "", "top", "--url", sp.addr, "--once"); code != 0 || !strings.Contains(out, "trial (would refuse: shadow, k=100)") || !strings.Contains(out, "t:a") {
+		t.Fatalf("rule: sluice top marks a shadow limit's would-be refusals: %d\n%s", code, out)
+	}
 	if code, _, errOut := runCmd(t, "", "top", "--url", "localhost:1", "--once"); code != 2 || !strings.Contains(errOut, "--url") {
 		t.Fatalf("a bad --url: %d %s", code, errOut)
 	}
