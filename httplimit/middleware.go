@@ -56,7 +56,7 @@ func FromPolicy(l *limiter.Limiter) KeyFunc {
 		if err != nil {
 			return nil, err
 		}
-		return l.Policy().RequestDescriptors(policy.RequestView{Method: r.Method, Path: r.URL.Path, Peer: peer,
+		return l.Policy().RequestDescriptors(policy.RequestView{Method: r.Method, Path: r.URL.EscapedPath(), Peer: peer,
 			ForwardedFor: r.Header.Values("X-Forwarded-For"), Header: r.Header}), nil
 	}
 }

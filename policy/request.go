@@ -41,7 +41,7 @@ type RequestDescriptor struct {
 // RequestView is what a request says of itself, as a proxy forwards it.
 type RequestView struct {
 	Method string
-	Path   string // without the query
+	Path   string // escaped, without the query ("%2F" is not a separator)
 	Peer   netip.Addr
 	// ForwardedFor is the X-Forwarded-For header's values, as received
 	// (the nearest proxy's hop last).

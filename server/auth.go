@@ -4,6 +4,7 @@ package server
 // Caddy forward_auth, Traefik ForwardAuth) about the request it guards.
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,8 +21,8 @@ import (
 // (X-Forwarded-Uri, X-Original-URI, X-Original-Url; else the auth
 // request's own), the X-Forwarded-For chain and the headers; the peer is
 // the connection's.
-func forwardedView(r *http.Request) policy.RequestView {
-	v := policy.RequestView{Method: r.Method, Path: r.URL.Path, Header: r.Header}
+func forwardedView(r *http.Request) (policy.RequestView, error) {
+	v := policy.RequestView{Method: r.Method, Path: r.URL.EscapedPath(), Header: r.Header}
 	for _, h := range []string{"X-Forwarded-Method", "X-Original-Method"} {
 		if m := r.Header.Get(h); m != "" {
 			v.Method = strings.ToUpper(m)
@@ -30,9 +31,13 @@ func forwardedView(r *http.Request) policy.RequestView {
 	}
 	for _, h := range []string{"X-Forwarded-Uri", "X-Original-Uri", "X-Original-Url"} {
 		if u := r.Header.Get(h); u != "" {
-			if pu, err := url.Parse(u); err == nil {
-				v.Path = pu.Path
+			// As a request line: "//export" is a path, not a host; the
+			// escaped form is matched, so "%2F" is not a separator.
+			pu, err := url.ParseRequestURI(u)
+			if err != nil {
+				return v, fmt.Errorf("%s %.80q is not a request URI", h, u)
 			}
+			v.Path = pu.EscapedPath()
 			break
 		}
 	}
@@ -40,7 +45,7 @@ func forwardedView(r *http.Request) policy.RequestView {
 		v.Peer, _ = netip.ParseAddr(host)
 	}
 	v.ForwardedFor = r.Header.Values("X-Forwarded-For")
-	return v
+	return v, nil
 }
 
 // forwardAuth serves /v1/auth: the descriptors are read from the forwarded request
@@ -65,7 +70,17 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "no_request_descriptors", "the policy has no request_descriptors: /v1/auth cannot read descriptors from a request")
 		return
 	}
-	desc := p.RequestDescriptors(forwardedView(r))
+	view, err := forwardedView(r)
+	if err != nil {
+		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		return
+	}
+	desc := p.RequestDescriptors(view)
+	cr := CheckRequest{Descriptors: desc}
+	if err := cr.Validate(); err != nil { // (the sizes /v1/check allows)
+		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		return
+	}
 	res, err := s.cfg.Limiter.Check(r.Context(), limiter.Request{Descriptors: desc})
 	if err != nil {
 		answer.Classify(err).Write(w)

@@ -156,7 +156,7 @@ func nginxRecipe(t *testing.T, addr, app string, port int) string {
 }
 
 // burstThroughProxy sends 8 requests to base, each with another spoofed
-// X-Forwarded-For, after one warm-up request, and checks the forward-auth
+// X-Forwarded-For and a spoofed X-Forwarded-Uri, after one warm-up request, and checks the forward-auth
 // rules on authPolicy's per_ip limit (capacity 5): the warm-up and 4 more
 // admitted and reaching the upstream (hits), then 429 with Retry-After and
 // the RateLimit fields.
@@ -178,7 +178,8 @@ func burstThroughProxy(t *testing.T, base string, hits *atomic.Int64, logs func(
 	var last *http.Response
 	for i := range 8 {
 		req, _ := http.NewRequest("GET", base+"/api", nil)
-		req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i)) // a spoofing attempt
+		req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i)) // spoofing attempts: the address,
+		req.Header.Set("X-Forwarded-Uri", "/export/spoofed")              // and the path (into the exports limit, capacity 1)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -195,7 +196,7 @@ func burstThroughProxy(t *testing.T, base string, hits *atomic.Int64, logs func(
 		}
 	}
 	if admitted != 4 || refused != 4 {
-		t.Fatalf("rule: exactly the burst is admitted, the client IP the real one (spoofed X-Forwarded-For ignored): admitted %d, refused %d", admitted, refused)
+		t.Fatalf("rule: exactly the burst is admitted, the client IP and path the real ones (spoofed X-Forwarded-For and X-Forwarded-Uri ignored): admitted %d, refused %d", admitted, refused)
 	}
 	if got := hits.Load(); got != 5 {
 		t.Fatalf("rule: admitted requests reach the upstream, refused ones do not: %d hits", got)
@@ -244,4 +245,39 @@ func TestForwardAuthCaddy(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
 		return string(b)
 	})
+}
+
+// A forwarded URI is read as a request line: "//export/x" is under
+// /export, an escaped "%2F" is not a separator, a malformed URI or an
+// oversized descriptor is a 400.
+func TestForwardAuthURIs(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, "request_descriptors:\n  route: {from: path, prefixes: [/export]}\n  key: {from: header, name: X-Key}\nlimits:\n  - {name: exports, key: \"r:{route}\", when: {route: /export}, capacity: 1, refill_per_second: 0.01}\n")
+	p := serve(t, "--config", pol)
+	status := func(uri string, hdr ...string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", p.addr+"/v1/auth", nil)
+		req.Header.Set("X-Forwarded-Uri", uri)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if a, b, c := status("/export/a"), status("//export/b"), status("/x/../export/c"); a != 200 || b != 429 || c != 429 {
+		t.Fatalf("rule: //export/ and /x/../export/ are under /export (1 admitted): %d %d %d", a, b, c)
+	}
+	if s := status("/a%2F..%2F..%2Fexport"); s != 200 {
+		t.Fatalf("rule: an escaped %%2F is not a separator: %d", s)
+	}
+	if s := status("%zz"); s != 400 {
+		t.Fatalf("rule: a malformed forwarded URI is a 400: %d", s)
+	}
+	if s := status("/y", "X-Key", strings.Repeat("k", 2000)); s != 400 {
+		t.Fatalf("rule: descriptor values are bounded as /v1/check's: %d", s)
+	}
 }
