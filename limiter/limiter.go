@@ -700,7 +700,10 @@ func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, whi
 			it.Cost = 0
 		}
 		if _, err := take(items[j : j+1]); err != nil {
-			return r, err
+			// A shadow limit never refuses, not even by failing: it is
+			// reported as admitting, and nothing was taken from it.
+			l.logf(slog.LevelWarn, "rate limit: a shadow limit could not be decided", slog.String("limiter", c.p.Limits[which[j]].Name), slog.String("error", err.Error()))
+			it.Cost, it.Decision = 0, sluice.Decision{Allowed: true, Remaining: it.Spec.Capacity()}
 		}
 	}
 	return r, nil

@@ -33,10 +33,12 @@ type ManyResult struct {
 // multi-descriptor requests. Errors are as for Check; MaxWait is ignored.
 func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, error) {
 	c := l.compiled.Load()
-	var items []store.Item
-	index := map[string]int{}
+	// The enforced limits' items decide all or nothing; the shadow
+	// limits' (c.shadow) are decided one by one afterwards (see take).
+	var items, shadow []store.Item
+	index, sindex := map[string]int{}, map[string]int{}
 	out := ManyResult{Allowed: true, Results: make([]Result, len(reqs))}
-	refs := make([][]int, len(reqs))
+	refs := make([][]int, len(reqs)) // per request, per limit: index in items, or -1-index in shadow
 	for r, req := range reqs {
 		if req.Cost < 0 {
 			return ManyResult{}, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
@@ -69,22 +71,29 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			if lim.HashTag != "" {
 				full = string(lim.AppendHashTag(nil, req.Descriptors)) + full
 			}
-			j, seen := index[full]
+			its, idx := &items, index
+			if c.shadow[i] {
+				its, idx = &shadow, sindex
+			}
+			j, seen := idx[full]
 			switch {
 			case !seen:
-				j = len(items)
-				index[full] = j
-				items = append(items, store.Item{Key: full, Spec: c.specs[i], Cost: itemCost})
+				j = len(*its)
+				idx[full] = j
+				*its = append(*its, store.Item{Key: full, Spec: c.specs[i], Cost: itemCost})
 			case lim.Kind == policy.Concurrency:
-				items[j].Cost = max(items[j].Cost, itemCost)
+				(*its)[j].Cost = max((*its)[j].Cost, itemCost)
 			default:
-				items[j].Cost += itemCost
+				(*its)[j].Cost += itemCost
 			}
-			if lim.Kind != policy.Concurrency && items[j].Cost > lim.Capacity() {
+			if lim.Kind != policy.Concurrency && (*its)[j].Cost > lim.Capacity() && !c.shadow[i] {
 				return ManyResult{}, &CostError{Limit: lim.Name, Cost: items[j].Cost, Capacity: lim.Capacity()}
 			}
+			if c.shadow[i] {
+				j = -1 - j
+			}
 			refs[r] = append(refs[r], j)
-			st := statusOf(lim)
+			st := c.status[i]
 			st.Key, st.TokenCost = key, itemCost
 			out.Results[r].Limits = append(out.Results[r].Limits, st)
 		}
@@ -100,12 +109,35 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		}
 		out.Allowed, out.Lease = res.Allowed, res.Lease
 	}
+	// Shadow limits: each on its own, taking only where it would admit;
+	// peeked when the call was refused, its cost is above its capacity, or
+	// it is an in-flight cap; never refusing, not even by failing.
+	for j := range shadow {
+		it := &shadow[j]
+		if !out.Allowed || it.Spec.HoldsSlots() || it.Cost > it.Spec.Capacity() {
+			it.Cost = 0
+		}
+		if _, err := l.st.Take(ctx, shadow[j:j+1]); err != nil {
+			it.Cost, it.Decision = 0, sluice.Decision{Allowed: true, Remaining: it.Spec.Capacity()}
+		}
+	}
 	for r := range out.Results {
 		res := &out.Results[r]
 		which := make([]int, 0, len(refs[r]))
 		for k, j := range refs[r] {
-			d := items[j].Decision
 			st := &res.Limits[k]
+			if j < 0 {
+				it := shadow[-1-j]
+				d := it.Decision
+				st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
+				if !reqs[r].Peek && it.Cost == 0 && st.TokenCost > 0 { // peeked: would what is left cover it?
+					st.Allowed = st.TokenCost <= st.Capacity && d.Remaining >= st.TokenCost
+				}
+				st.ShadowRefused = !st.Allowed
+				which = append(which, c.index(st.Name))
+				continue
+			}
+			d := items[j].Decision
 			st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
 			res.Allowed = res.Allowed && d.Allowed
 			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)

@@ -69,7 +69,7 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 				key, _ = c.p.DisplayKey(c.p.Limits[which[j]], req.Descriptors)
 			}
 			admitted := int64(0)
-			if res.Allowed {
+			if res.Allowed && !st.ShadowRefused { // (a shadow limit that would refuse took nothing)
 				admitted = st.TokenCost
 			}
 			l.keys.ObserveKey(st.Name, key, admitted, !st.Allowed, st.ShadowRefused)

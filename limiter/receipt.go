@@ -155,7 +155,7 @@ func (l *Limiter) CheckSettleCosts(r Receipt, actual int64, actuals map[string]i
 		if v < 0 {
 			return sluice.Errorf(sluice.ErrInvalidCost, "actual cost %d for limit %q is negative", v, n)
 		}
-		if !slices.Contains(r.limits, n) {
+		if !slices.Contains(r.limits, n) && !l.isShadow(n) { // (a shadow limit that refused took nothing: nothing to settle)
 			unknown = append(unknown, n)
 		}
 	}
@@ -164,4 +164,13 @@ func (l *Limiter) CheckSettleCosts(r Receipt, actual int64, actuals map[string]i
 		return &UnknownLimitError{Name: unknown[0], Applicable: slices.Clone(r.limits)}
 	}
 	return nil
+}
+
+// isShadow reports whether name is a shadow limit of the policy in force.
+func (l *Limiter) isShadow(name string) bool {
+	c := l.compiled.Load()
+	if i := c.index(name); i >= 0 {
+		return c.shadow[i]
+	}
+	return false
 }

@@ -14,6 +14,7 @@
 //	    hash_tag: "{tenant}"         # optional: one Redis Cluster slot per tenant
 //	    capacity: 60
 //	    refill_per_second: 1
+//	    shadow: true                 # optional: evaluated and counted, never refuses (a dry run; not for max_in_flight)
 //	  - name: user_daily
 //	    key: "user:{user}"
 //	    algorithm: sliding_window    # token_bucket (default) | sliding_window | fixed_window
@@ -24,7 +25,6 @@
 //	    max_in_flight: 5             # concurrency limit (held until released or its lease expires)
 //	    lease_ttl: 30s
 //	    on_store_error: fail_closed  # optional: fail_open | fail_closed | local; default the server's
-//	    shadow: true                 # optional: evaluated and counted, never refuses (a dry run)
 //	costs:                           # optional cost per request class; a request's own cost wins
 //	  - when: {route: "/export"}
 //	    cost: 20

@@ -312,6 +312,9 @@ func (f *limitFields) common(l *Limit) {
 		switch {
 		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool":
 			l.Shadow = strings.EqualFold(n.Value, "true")
+			if l.Shadow && f.has("max_in_flight") {
+				f.bad("shadow", "a max_in_flight limit cannot be a shadow one: a shadow request holds no slot, so it would never see one taken")
+			}
 		default:
 			f.bad("shadow", "%q is not true or false", n.Value)
 		}
