@@ -51,7 +51,7 @@ func (a *activity) add(limit string, kind int, now time.Time) {
 	}
 	s.total[kind].Add(1)
 	step := now.UnixNano() / int64(ActivityStep)
-	i := step % ActivitySteps
+	i := (step%ActivitySteps + ActivitySteps) % ActivitySteps // (a clock before 1970 included)
 	s.mu.Lock()
 	if s.step[i] != step {
 		s.step[i], s.count[i] = step, [3]int64{}
@@ -88,7 +88,7 @@ func (a *activity) points(limit string, now time.Time) ([]Point, [3]int64) {
 	s.mu.Lock()
 	for j := range out {
 		step := cur - ActivitySteps + 1 + int64(j)
-		if i := step % ActivitySteps; s.step[i] == step {
+		if i := (step%ActivitySteps + ActivitySteps) % ActivitySteps; s.step[i] == step {
 			out[j].Admitted, out[j].Refused, out[j].ShadowRefused = s.count[i][0], s.count[i][1], s.count[i][2]
 		}
 	}

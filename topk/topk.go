@@ -14,6 +14,7 @@ package topk
 
 import (
 	"container/heap"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ type Tracker struct {
 	epoch time.Duration
 	mu    sync.Mutex
 	ring  []summary // ring[i] holds the epoch whose index mod len(ring) is i
-	index []int64   // the epoch index ring[i] holds (-1: none)
+	index []int64   // the epoch index ring[i] holds (noEpoch: none)
 	clock func() time.Time
 }
 
@@ -45,7 +46,7 @@ func New(k int, epoch, span time.Duration) *Tracker {
 	n := int((span + epoch - 1) / epoch)
 	t := &Tracker{k: k, epoch: epoch, ring: make([]summary, n+1), index: make([]int64, n+1), clock: time.Now}
 	for i := range t.index {
-		t.index[i] = -1
+		t.index[i] = noEpoch
 	}
 	return t
 }
@@ -73,8 +74,8 @@ func (t *Tracker) Add(key string, w int64) {
 // current is the summary of the epoch now, cleared when its slot held an
 // older one; t.mu is held.
 func (t *Tracker) current() *summary {
-	e := t.clock().UnixNano() / int64(t.epoch)
-	i := int(e % int64(len(t.ring)))
+	e := floorDiv(t.clock().UnixNano(), int64(t.epoch))
+	i := int(((e % int64(len(t.ring))) + int64(len(t.ring))) % int64(len(t.ring)))
 	if t.index[i] != e {
 		t.ring[i].reset()
 		t.index[i] = e
@@ -87,32 +88,38 @@ func (t *Tracker) current() *summary {
 func (t *Tracker) Top(span time.Duration, n int) []Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.clock().UnixNano() / int64(t.epoch)
+	now := floorDiv(t.clock().UnixNano(), int64(t.epoch))
 	epochs := min(int((span+t.epoch-1)/t.epoch), len(t.ring)-1)
 	var in []*summary
 	for i := range t.ring {
-		if e := t.index[i]; e >= 0 && e > now-int64(epochs) && e <= now {
+		if e := t.index[i]; e != noEpoch && e > now-int64(epochs) && e <= now {
 			in = append(in, &t.ring[i])
 		}
 	}
-	est := map[string]*Entry{}
-	for _, s := range in {
-		for _, c := range s.heap {
-			if est[c.key] == nil {
-				est[c.key] = &Entry{Key: c.key}
-			}
+	// Every key is charged each full summary's least count (its bound
+	// when the summary does not hold it: base); a summary holding the key
+	// adds what its counter says beyond that. O(counters), not keys x
+	// epochs.
+	var base int64
+	for _, sm := range in {
+		if len(sm.heap) >= t.k {
+			base += sm.heap[0].count
 		}
 	}
-	for key, e := range est {
-		for _, s := range in {
-			if c := s.byKey[key]; c != nil {
-				e.Count += c.count
-				e.Error += c.err
-			} else if len(s.heap) >= t.k { // full: the key may have been evicted, with at most its min
-				m := s.heap[0].count
-				e.Count += m
-				e.Error += m
+	est := map[string]*Entry{}
+	for _, sm := range in {
+		floor := int64(0)
+		if len(sm.heap) >= t.k {
+			floor = sm.heap[0].count
+		}
+		for _, c := range sm.heap {
+			e := est[c.key]
+			if e == nil {
+				e = &Entry{Key: c.key, Count: base, Error: base}
+				est[c.key] = e
 			}
+			e.Count += c.count - floor
+			e.Error += c.err - floor
 		}
 	}
 	out := make([]Entry, 0, len(est))
@@ -206,4 +213,16 @@ func (h *counters) Pop() any {
 	c := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return c
+}
+
+// noEpoch marks a ring slot that holds no epoch yet.
+const noEpoch = math.MinInt64
+
+// floorDiv is a/b rounded down (times before 1970 included).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }
