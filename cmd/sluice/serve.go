@@ -88,7 +88,7 @@ func (c serveCmd) Validate() error {
 		want  string
 	}{
 		{c.MaxKeys < 1, "--max-keys", c.MaxKeys, "must be at least 1"},
-		{c.TopKeys < 0 || c.TopKeys > 100000, "--top-keys", c.TopKeys, "must be 0 (off) to 100000"},
+		{c.TopKeys < 0 || c.TopKeys > 10000, "--top-keys", c.TopKeys, "must be 0 (off) to 10000"},
 		{c.MaxWait < 0, "--max-wait", c.MaxWait, "must be 0 (no waiting) or more"},
 		{c.MaxWaiting < 1, "--max-waiting", c.MaxWaiting, "must be at least 1"},
 		{c.MaxBody < 1, "--max-body", c.MaxBody, "must be at least 1"},
