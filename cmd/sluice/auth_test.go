@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,7 +113,7 @@ http {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	defer stopGracefully(cmd) // (SIGKILL would leave nginx's workers running, holding the port)
 	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), &hits, func() string {
 		log, _ := os.ReadFile(filepath.Join(dir, "out.log"))
 		elog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
@@ -240,7 +241,7 @@ func TestForwardAuthCaddy(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	defer stopGracefully(cmd)
 	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), &hits, func() string {
 		b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
 		return string(b)
@@ -279,5 +280,19 @@ func TestForwardAuthURIs(t *testing.T) {
 	}
 	if s := status("/y", "X-Key", strings.Repeat("k", 2000)); s != 400 {
 		t.Fatalf("rule: descriptor values are bounded as /v1/check's: %d", s)
+	}
+}
+
+// stopGracefully asks a proxy to stop (SIGTERM: nginx's master then stops
+// its workers), and kills it after 5 s.
+func stopGracefully(cmd *exec.Cmd) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		<-done
 	}
 }
