@@ -619,12 +619,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		st.Key = items[i].Key[user[i]:]
 		st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
 		if st.Shadow {
-			if !req.Peek && items[i].Cost == 0 && st.TokenCost > 0 {
-				// Peeked (the request was refused, the cost is above the
-				// capacity, or an in-flight cap): it would admit what is left.
-				st.Allowed = st.TokenCost <= st.Capacity && d.Remaining >= st.TokenCost
-			}
-			st.ShadowRefused = !st.Allowed
+			shadowVerdict(st, items[i], req.Peek)
 			continue // (a shadow limit's wait refuses nothing)
 		}
 		res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
@@ -664,14 +659,17 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 // peeked when the request was refused or when it is an in-flight cap (a
 // shadow cap holds no slot).
 func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, borrows bool) (store.Result, error) {
+	if !c.anyShadow { // (the common case: no closure on the hot path)
+		if borrows {
+			return l.kb.TakeBorrowed(ctx, items)
+		}
+		return l.st.Take(ctx, items)
+	}
 	take := func(its []store.Item) (store.Result, error) {
 		if borrows {
 			return l.kb.TakeBorrowed(ctx, its)
 		}
 		return l.st.Take(ctx, its)
-	}
-	if !c.anyShadow {
-		return take(items)
 	}
 	enforced := make([]store.Item, 0, len(items))
 	at := make([]int, 0, len(items))
@@ -694,17 +692,7 @@ func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, whi
 		if !c.shadow[which[j]] {
 			continue
 		}
-		it := &items[j]
-		it.MaxWait = 0
-		if !r.Allowed || c.conc[which[j]] {
-			it.Cost = 0
-		}
-		if _, err := take(items[j : j+1]); err != nil {
-			// A shadow limit never refuses, not even by failing: it is
-			// reported as admitting, and nothing was taken from it.
-			l.logf(slog.LevelWarn, "rate limit: a shadow limit could not be decided", slog.String("limiter", c.p.Limits[which[j]].Name), slog.String("error", err.Error()))
-			it.Cost, it.Decision = 0, sluice.Decision{Allowed: true, Remaining: it.Spec.Capacity()}
-		}
+		l.decideShadow(items[j:j+1], c.p.Limits[which[j]].Name, !r.Allowed, take)
 	}
 	return r, nil
 }

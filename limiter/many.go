@@ -109,17 +109,8 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		}
 		out.Allowed, out.Lease = res.Allowed, res.Lease
 	}
-	// Shadow limits: each on its own, taking only where it would admit;
-	// peeked when the call was refused, its cost is above its capacity, or
-	// it is an in-flight cap; never refusing, not even by failing.
-	for j := range shadow {
-		it := &shadow[j]
-		if !out.Allowed || it.Spec.HoldsSlots() || it.Cost > it.Spec.Capacity() {
-			it.Cost = 0
-		}
-		if _, err := l.st.Take(ctx, shadow[j:j+1]); err != nil {
-			it.Cost, it.Decision = 0, sluice.Decision{Allowed: true, Remaining: it.Spec.Capacity()}
-		}
+	for j := range shadow { // (names: the key's limit prefix, for the log)
+		l.decideShadow(shadow[j:j+1], shadow[j].Key, !out.Allowed, func(its []store.Item) (store.Result, error) { return l.st.Take(ctx, its) })
 	}
 	for r := range out.Results {
 		res := &out.Results[r]
@@ -130,10 +121,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 				it := shadow[-1-j]
 				d := it.Decision
 				st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
-				if !reqs[r].Peek && it.Cost == 0 && st.TokenCost > 0 { // peeked: would what is left cover it?
-					st.Allowed = st.TokenCost <= st.Capacity && d.Remaining >= st.TokenCost
-				}
-				st.ShadowRefused = !st.Allowed
+				shadowVerdict(st, it, reqs[r].Peek)
 				which = append(which, c.index(st.Name))
 				continue
 			}
