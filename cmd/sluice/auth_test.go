@@ -38,19 +38,7 @@ func TestForwardAuth(t *testing.T) {
 	pol := filepath.Join(t.TempDir(), "p.yaml")
 	writePolicy(t, pol, authPolicy)
 	p := serve(t, "--config", pol)
-	get := func(uri string, hdr ...string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest("GET", p.addr+uri, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res
-	}
+	get := func(uri string, hdr ...string) *http.Response { t.Helper(); return getWith(t, p.addr+uri, hdr...) }
 	res := get("/v1/auth", "X-Original-URI", "/export/all?x=1", "X-Forwarded-For", "127.0.0.5")
 	if res.StatusCode != 200 || !strings.Contains(res.Header.Get("RateLimit"), `"exports";r=0`) {
 		t.Fatalf("rule: admitted: 200 with the RateLimit fields: %d %v", res.StatusCode, res.Header)
@@ -257,17 +245,7 @@ func TestForwardAuthURIs(t *testing.T) {
 	p := serve(t, "--config", pol)
 	status := func(uri string, hdr ...string) int {
 		t.Helper()
-		req, _ := http.NewRequest("GET", p.addr+"/v1/auth", nil)
-		req.Header.Set("X-Forwarded-Uri", uri)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
+		return getWith(t, p.addr+"/v1/auth", append([]string{"X-Forwarded-Uri", uri}, hdr...)...).StatusCode
 	}
 	if a, b, c := status("/export/a"), status("//export/b"), status("/x/../export/c"); a != 200 || b != 429 || c != 429 {
 		t.Fatalf("rule: //export/ and /x/../export/ are under /export (1 admitted): %d %d %d", a, b, c)
@@ -295,4 +273,20 @@ func stopGracefully(cmd *exec.Cmd) {
 		cmd.Process.Kill()
 		<-done
 	}
+}
+
+// getWith GETs url with the header pairs hdr and returns the answer, its
+// body closed.
+func getWith(t *testing.T, url string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res
 }

@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // redisScriptCalls is a Redis's count of calls of sluice's decision
@@ -20,32 +18,11 @@ import (
 // are EVALSHA and not counted).
 func redisScriptCalls(t *testing.T, addr string) int64 {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	calls, err := redistest.CommandCalls(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
-	r := bufio.NewReader(conn)
-	head, err := r.ReadString('\n')
-	if err != nil || len(head) < 2 {
-		t.Fatalf("INFO: %q %v", head, err)
-	}
-	size, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
-	buf := make([]byte, size+2)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(string(buf), "\r\n") {
-		for _, c := range []string{"cmdstat_fcall:"} {
-			if v, ok := strings.CutPrefix(line, c); ok {
-				calls, _ := strconv.ParseInt(strings.TrimPrefix(strings.SplitN(v, ",", 2)[0], "calls="), 10, 64)
-				total += calls
-			}
-		}
-	}
-	return total
+	return calls["fcall"]
 }
 
 // Four sluice serve processes on one Redis book on one key in turn, costs
