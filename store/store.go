@@ -75,8 +75,11 @@ type Item struct {
 	// store), Take admits it and sets each item's Wait; items of other
 	// kinds must admit now. All items or none, as ever.
 	MaxWait time.Duration
-	// Wait is set by Take on an admitted request: how long after the
-	// decision this item's cost is available (0 when it is now). The
+	// Wait is set by Take on an admitted request: how long after Take
+	// returns this item's cost is available (0 when it is now). A store
+	// counts it from when its answer reached the caller, never earlier
+	// (a shared store takes off the time its decision took to come back,
+	// which a caller acting Wait after Take would otherwise add). The
 	// request may act after the largest Wait of its items (Result.Wait). A
 	// caller that gives up returns the booking with Adjust (Delta -Cost,
 	// before RefundBefore), exactly, whatever was booked after it.
@@ -141,7 +144,7 @@ type Result struct {
 	// with Release. Empty when there were none.
 	Lease Lease
 	// Wait is, for an admitted request, the largest Wait of its items: the
-	// request may act that long after the decision (0: at once).
+	// request may act that long after Take returns (0: at once).
 	Wait time.Duration
 }
 

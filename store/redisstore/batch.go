@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/store"
 )
@@ -16,6 +17,7 @@ type call struct {
 	lease  string
 	ok     bool
 	err    error
+	at     time.Time     // when the script's answer arrived
 	queued bool          // decided by another caller's batch: signal done
 	done   chan struct{} // buffered: one signal per use, so calls are reused
 	self   [1]*call      // a batch of just this call, without allocating
@@ -139,13 +141,30 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		args = append(args, a.fields...)
 	}
 	args = append(args, tail...)
-	err := s.decode(s.scripts.take(ctx, keys, args), batch)
+	r := s.scripts.take(ctx, keys, args)
+	at := time.Now()
+	err := s.decode(r, batch)
 	for _, c := range batch {
+		c.at = at
 		if err != nil {
 			c.err = fmt.Errorf("redisstore: take: %w", err)
 		}
 		if c.queued {
 			c.done <- struct{}{}
+		}
+	}
+}
+
+// sinceAnswer counts booked waits from now, when the caller picks up its
+// decision, rather than from at, when the script's answer arrived (a
+// batch's callers are woken one after another): the time between is taken
+// off each booked item's Wait (to 0 at the least: due now). Only on
+// Redis's clock: a script clock (WithScriptClock) is not real time.
+func sinceAnswer(items []store.Item, at time.Time) {
+	late := time.Since(at)
+	for i := range items {
+		if w := &items[i].Wait; *w > 0 {
+			*w = max(*w-late, 0)
 		}
 	}
 }

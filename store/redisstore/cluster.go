@@ -33,6 +33,9 @@ func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]in
 	var firstErr error
 	okGroup := make([]bool, len(groups))
 	for g, c := range calls {
+		if c.ok && s.cfg.clock == nil {
+			sinceAnswer(c.items, c.at)
+		}
 		for j, i := range groups[g] {
 			items[i].Decision, items[i].RefundBefore, items[i].Wait = c.items[j].Decision, c.items[j].RefundBefore, c.items[j].Wait
 		}

@@ -179,6 +179,7 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 	}
 	s.fast.Add(uint64(fast))
 	arr = arr[2:]
+	booked := false
 	for _, c := range batch {
 		if len(arr) < 1 {
 			return fmt.Errorf("script returned too few values")
@@ -193,7 +194,7 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 		case 1:
 			per = 2 // admitted: remaining and reset
 		case 2:
-			per = 3 // admitted, booked: remaining, reset and wait
+			per, booked = 3, true // admitted, booked: remaining, reset and wait
 		}
 		arr = arr[1:]
 		if len(arr) < per*len(c.items) {
@@ -231,6 +232,23 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 		}
 		s.decided.Add(uint64(len(c.items)))
 		arr = arr[per*len(c.items):]
+	}
+	if len(arr) == 1 && booked {
+		// The script's time: waits were counted from its start, and are
+		// counted from its end (when its answer left), so that a caller
+		// acting Wait after the answer is not late by the batch's time.
+		took, err := value(arr[0])
+		if err != nil {
+			return err
+		}
+		for _, c := range batch {
+			for i := range c.items {
+				if w := &c.items[i].Wait; *w > 0 {
+					*w = max(*w-time.Duration(took), 0)
+				}
+			}
+		}
+		arr = arr[1:]
 	}
 	if len(arr) != 0 {
 		return fmt.Errorf("script returned %d values too many", len(arr))

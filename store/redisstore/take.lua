@@ -14,7 +14,9 @@
 -- per item remaining and reset when admitted (2 and per item remaining,
 -- reset and wait when admitted with a MaxWait), else 0 and per item allowed,
 -- remaining, retry and reset (integers, or hex strings when 2^53 or
--- more)}.
+-- more), and last, when a request was admitted with a MaxWait on Redis
+-- TIME, the ns the script took (its waits count from now, its answer
+-- leaves that much later)}.
 local nh, nl = now2(ARGV[1])
 local nowhex = hex2(nh, nl)
 local nowms -- Unix ms, made when a write needs it
@@ -63,6 +65,7 @@ local items, costs = {}, {} -- a request's items' specs and costs (likewise)
 local lease -- the request's lease id
 local mw -- the request's MaxWait (hex) or ''
 local waits = {} -- a request's items' waits (booked)
+local booked = false -- a request was admitted with a MaxWait
 local wt, wh, wl, wp, wr, we = {}, {}, {}, {}, {}, {} -- double-path writes, by KEYS index
 local fastn = 0
 local k = 0
@@ -179,6 +182,7 @@ for req = 1, nreq do
     -- admitted: every item admitted, so remaining and reset per item
     -- (and its wait, for a request with a MaxWait)
     if mw ~= '' then
+      booked = true
       out[no + 1] = 2
       no = no + 1
       for i = 1, m do
@@ -203,4 +207,8 @@ for req = 1, nreq do
   end
 end
 out[1] = fastn
+if booked and ARGV[1] == '' then
+  local eh, el = now2('')
+  out[no + 1] = (eh - nh) * T32 + (el - nl)
+end
 return out
