@@ -1,9 +1,14 @@
 // Command waiters measures waiting through sluice serve on Redis: N
 // concurrent /v1/check requests with max_wait_ms on one hot key, against a
-// bucket of capacity 1 refilled at R per second, so that the k-th admitted
-// request is due k/R after the first. It reports Redis script calls per
-// admitted request (INFO commandstats: FCALL, EVALSHA, EVAL) and the
-// lateness of each admission (its time minus its due time), p50/p99/max.
+// bucket of capacity 1 refilled at R per second. Each round starts with a
+// pause of -lead on the key (/v1/pause: the bucket is empty exactly lead
+// after the server decides it), so that every waiter has booked before the
+// first turn and the k-th turn is due lead + (k+1)/R after the pause. It
+// reports Redis script calls per admitted request (INFO commandstats:
+// FCALL, EVALSHA, EVAL) and the lateness of each admission (its answer's
+// arrival here minus its due time, counted from when the pause was sent:
+// over-stated by at most the pause's round trip, never under-stated),
+// p50/p99/max per round and pooled.
 //
 //	GOWORK=off go run ./cmd/waiters -sluice /path/to/sluice [-n 200] [-rate 1000] [-rounds 3]
 //
@@ -38,6 +43,7 @@ func main() {
 	rate := flag.Int("rate", 1000, "the bucket's refill per second (capacity 1)")
 	rounds := flag.Int("rounds", 3, "rounds")
 	memory := flag.Bool("memory", false, "serve from memory instead of Redis (no store round trips at all)")
+	lead := flag.Duration("lead", 50*time.Millisecond, "each round's first turn comes this long after the round starts (a pause), so that every waiter has booked by then")
 	floor := flag.Bool("floor", false, "the floor: no waiting in sluice; the client sends request k itself at k/rate (on 200 open connections), against a bucket that admits them at once, and lateness is each answer's time less k/rate")
 	flag.Parse()
 	if *bin == "" {
@@ -70,10 +76,20 @@ func main() {
 	waitUp(addr)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *n * 2}, Timeout: time.Minute}
 	fmt.Printf("%s: %d waiters, capacity %d at %d/s, %d rounds\n", *bin, *n, capacity, *rate, *rounds)
+	var all, warm []time.Duration // every round's lateness, and that of rounds 2 on
 	for round := 1; round <= *rounds; round++ {
 		key := fmt.Sprintf("r%d", round)
-		if !*floor { // empty the bucket first, so that every waiter waits
-			post(client, addr, key, 0)
+		var start time.Time // turn k is due at start + (k+1)/rate (floor: request k is sent at start + k/rate)
+		var pauseRTT time.Duration
+		if !*floor {
+			// A pause of -lead: the bucket is empty exactly lead after the
+			// server decides the pause (at some time in [sent, answered]),
+			// so the k-th turn is due lead + (k+1)/rate after it, and every
+			// waiter has booked by then. Measured from sent, lateness is
+			// over-stated by at most the pause's round trip, never under.
+			sent := time.Now()
+			pause(client, addr, key, *lead)
+			start, pauseRTT = sent.Add(*lead), time.Since(sent)
 		}
 		beforeF, beforeE := scriptCalls(srv.Addr)
 		beforeL := serverLateness(addr)
@@ -81,7 +97,9 @@ func main() {
 		var admitted []time.Duration
 		refused := 0
 		var wg sync.WaitGroup
-		start := time.Now()
+		if *floor {
+			start = time.Now()
+		}
 		for k := range *n {
 			wg.Go(func() {
 				wait := 60000
@@ -90,7 +108,7 @@ func main() {
 					wait = 0
 				}
 				ok := post(client, addr, key, wait)
-				at := time.Since(start)
+				at := time.Now().Sub(start)
 				mu.Lock()
 				defer mu.Unlock()
 				if ok {
@@ -104,24 +122,20 @@ func main() {
 		f, e := scriptCalls(srv.Addr)
 		f, e = f-beforeF, e-beforeE
 		slices.Sort(admitted)
-		per := perToken
 		var late []time.Duration
 		for k, at := range admitted {
-			late = append(late, max(at-admitted[0]-time.Duration(k)*per, 0))
-		}
-		if *floor { // due at k/rate from the start
-			late = late[:0]
-			for k, at := range admitted {
-				late = append(late, max(at-time.Duration(k)*per, 0))
+			due := time.Duration(k) * perToken
+			if !*floor {
+				due += perToken // (the pause empties the bucket: the first turn is a token later)
 			}
+			late = append(late, max(at-due, 0))
 		}
 		slices.Sort(late)
-		pct := func(p float64) time.Duration {
-			if len(late) == 0 {
-				return 0
-			}
-			return late[min(int(p*float64(len(late))), len(late)-1)]
+		all = append(all, late...)
+		if round > 1 {
+			warm = append(warm, late...)
 		}
+		pct := func(p float64) time.Duration { return percentile(late, p) }
 		adm := float64(max(len(admitted), 1))
 		afterL := serverLateness(addr)
 		var server string
@@ -129,9 +143,28 @@ func main() {
 			server = fmt.Sprintf(" server-wakeups<=0.64ms %.0f%% <=2.56ms %.0f%% <=10.24ms %.0f%%", 100*float64(afterL[3]-beforeL[3])/float64(n),
 				100*float64(afterL[4]-beforeL[4])/float64(n), 100*float64(afterL[5]-beforeL[5])/float64(n))
 		}
+		if !*floor {
+			server += fmt.Sprintf(" (pause round trip %v)", pauseRTT.Round(10*time.Microsecond))
+		}
 		fmt.Printf("round %d admitted %d refused %d decision-calls/admitted %.2f book-calls/admitted %.2f lateness p50 %v p99 %v max %v%s\n", round, len(admitted), refused,
 			float64(f)/adm, float64(e)/adm, pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), late[len(late)-1].Round(10*time.Microsecond), server)
 	}
+	slices.Sort(all)
+	slices.Sort(warm)
+	fmt.Printf("all rounds: %d admissions, lateness p50 %v p99 %v max %v\n", len(all),
+		percentile(all, 0.5).Round(10*time.Microsecond), percentile(all, 0.99).Round(10*time.Microsecond), percentile(all, 1).Round(10*time.Microsecond))
+	if len(warm) > 0 {
+		fmt.Printf("rounds 2-%d (warm): %d admissions, lateness p50 %v p99 %v max %v\n", *rounds, len(warm),
+			percentile(warm, 0.5).Round(10*time.Microsecond), percentile(warm, 0.99).Round(10*time.Microsecond), percentile(warm, 1).Round(10*time.Microsecond))
+	}
+}
+
+// percentile is the p-quantile of sorted (0 when empty).
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(int(p*float64(len(sorted))), len(sorted)-1)]
 }
 
 func post(c *http.Client, addr, key string, maxWaitMS int) bool {
@@ -143,6 +176,20 @@ func post(c *http.Client, addr, key string, maxWaitMS int) bool {
 	defer resp.Body.Close()
 	io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode == 200
+}
+
+// pause posts a pause of d on key's bucket.
+func pause(c *http.Client, addr, key string, d time.Duration) {
+	body := fmt.Sprintf(`{"descriptors": {"k": %q}, "retry_after_ms": %d}`, key, d.Milliseconds())
+	resp, err := c.Post("http://"+addr+"/v1/pause", "application/json", strings.NewReader(body))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		log.Fatalf("pause: %s", resp.Status)
+	}
 }
 
 // scriptCalls is Redis's count of FCALL and of EVALSHA + EVAL calls so far.
