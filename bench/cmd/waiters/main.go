@@ -108,7 +108,7 @@ func main() {
 					wait = 0
 				}
 				ok := post(client, addr, key, wait)
-				at := time.Now().Sub(start)
+				at := time.Since(start)
 				mu.Lock()
 				defer mu.Unlock()
 				if ok {
