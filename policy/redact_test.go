@@ -43,7 +43,7 @@ func TestRedactParse(t *testing.T) {
 	if p, err := policy.Parse([]byte("redact: []\nlimits: [{name: a, key: x, capacity: 1, refill: 1/s}]\n")); err != nil || len(p.Redact) != 0 {
 		t.Fatalf("redact: []: %v %v", p, err)
 	}
-	src := "limits: [{name: a, key: x, capacity: 1, refill: 1/s}]\nredact:\n  - a\n  - \"b c\"\n  - a\n  - [x]\n  - ~\n  - \"\"\n  - b.c-d_1\n"
+	src := "limits: [{name: a, key: \"k:{a}:{b.c-d_1}\", capacity: 1, refill: 1/s}]\nredact:\n  - a\n  - \"b c\"\n  - a\n  - [x]\n  - ~\n  - \"\"\n  - b.c-d_1\n"
 	want := []where{{4, 5, "", "redact"}, {5, 5, "", "redact"}, {6, 5, "", "redact"}, {7, 5, "", "redact"}, {8, 5, "", "redact"}}
 	if got := problems(t, src); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v\nwant %v", got, want)
@@ -58,6 +58,10 @@ func TestRedactParse(t *testing.T) {
 		"redact: api_key\nlimits: [{name: a, key: x, capacity: 1, refill: 1/s}]\n": `policy: line 1, column 9: field "redact": must be a list of descriptor names`,
 		"redact:\nlimits: [{name: a, key: x, capacity: 1, refill: 1/s}]\n":         `policy: line 1, column 8: field "redact": must be a list of descriptor names`,
 		"redcat: [a]\nlimits: [{name: a, key: x, capacity: 1, refill: 1/s}]\n":     `policy: line 1, column 1: field "redcat": unknown field (did you mean redact?)`,
+		// a name no limit's key uses redacts nothing: a misspelling, most likely
+		"redact: [user, api_kye]\nlimits: [{name: a, key: \"k:{api_key}:{user}\", capacity: 1, refill: 1/s}]\n": `policy: line 1, column 16: field "redact": "api_kye" is not a descriptor of any limit's key, so it would redact nothing (did you mean api_key?)`,
+		"limits: [{name: a, key: \"k:{tenant}\", capacity: 1, refill: 1/s}]\nredact: [user]\n":                  `policy: line 2, column 10: field "redact": "user" is not a descriptor of any limit's key, so it would redact nothing (want tenant)`,
+		"limits: [{name: a, key: x, capacity: 1, refill: 1/s}]\nredact: [user]\n":                               `policy: line 2, column 10: field "redact": "user" is not a descriptor of any limit's key, so it would redact nothing`,
 	} {
 		if _, err := policy.Parse([]byte(src)); err == nil || err.Error() != want {
 			t.Errorf("%q:\n got %v\nwant %s", src, err, want)

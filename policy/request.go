@@ -154,6 +154,7 @@ func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
 		v.at(n, "", "request_descriptors", "must be a mapping of descriptor names to {from: ...}")
 		return
 	}
+	first := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		bad := func(msg string, args ...any) {
@@ -163,6 +164,11 @@ func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
 			v.at(k, "", "request_descriptors", fmt.Sprintf("descriptor name %q must be letters, digits, _ - or .", k.Value))
 			continue
 		}
+		if line, dup := first[k.Value]; dup {
+			v.at(k, "", "request_descriptors", fmt.Sprintf("descriptor %q given twice (first at line %d)", k.Value, line))
+			continue
+		}
+		first[k.Value] = k.Line
 		if val.Kind != yaml.MappingNode {
 			bad("must be a mapping such as {from: header, name: X-API-Key}")
 			continue

@@ -62,6 +62,7 @@ func TestRequestDescriptors(t *testing.T) {
 func TestRequestDescriptorsErrors(t *testing.T) {
 	for src, want := range map[string]string{
 		"request_descriptors: {a: {from: cookie}}\n":                                                                   `from "cookie" is not`,
+		"request_descriptors:\n  a: {from: method}\n  a: {from: path}\n":                                               `line 3, column 3: field "request_descriptors": descriptor "a" given twice (first at line 2)`,
 		"request_descriptors: {a: {from: header}}\n":                                                                   "needs name",
 		"request_descriptors: {a: {from: client_ip, trusted_proxies: [nope]}}\n":                                       `"nope" is not an address or CIDR prefix`,
 		"request_descriptors: {a: {from: path, prefixes: [export]}}\n":                                                 "must start with /",

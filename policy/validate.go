@@ -61,7 +61,7 @@ var topFields = []string{"limits", "costs", "redact", "request_descriptors"}
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
 	seenLimits := false
-	var request *yaml.Node
+	var request, redact *yaml.Node
 	for _, f := range v.pairs(root, "") {
 		switch f.key.Value {
 		case "limits":
@@ -70,7 +70,7 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 		case "costs":
 			v.costs(f.val, p)
 		case "redact":
-			p.Redact = v.redact(f.val)
+			p.Redact, redact = v.redact(f.val), f.val
 		case "request_descriptors":
 			request = f.val
 		default:
@@ -82,6 +82,9 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 	}
 	if request != nil { // (after the limits, which it checks)
 		v.requestDescriptors(request, p)
+	}
+	if redact != nil && seenLimits {
+		v.checkRedact(redact, p)
 	}
 	v.checkCosts(p)
 }
@@ -137,6 +140,29 @@ func (v *validator) redact(n *yaml.Node) []string {
 		}
 	}
 	return names
+}
+
+// checkRedact reports each redact entry that no limit's key uses: it
+// would redact nothing (a misspelled name, most likely).
+func (v *validator) checkRedact(n *yaml.Node, p *Policy) {
+	var used []string
+	for _, l := range p.Limits {
+		for _, name := range l.Placeholders() {
+			if !slices.Contains(used, name) {
+				used = append(used, name)
+			}
+		}
+	}
+	for _, e := range n.Content {
+		if !slices.Contains(p.Redact, e.Value) || slices.Contains(used, e.Value) {
+			continue // (an invalid entry is reported already)
+		}
+		msg := fmt.Sprintf("%q is not a descriptor of any limit's key, so it would redact nothing", e.Value)
+		if len(used) > 0 {
+			msg += suggestOrList(e.Value, used)
+		}
+		v.at(e, "", "redact", msg)
+	}
 }
 
 // checkCosts reports each cost rule whose requests could never be admitted
