@@ -68,7 +68,9 @@ func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, 
 		dec.Allowed = true
 		dec.Remaining = max - live - take
 		if take > 0 {
-			last = d + int64(it.Spec.LeaseTTL)
+			if exp := d + int64(it.Spec.LeaseTTL); exp > last { // (a renewed slot may expire later)
+				last = exp
+			}
 		}
 	} else {
 		dec.Remaining = 0

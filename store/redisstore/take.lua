@@ -120,7 +120,7 @@ local function decide(sp, key, costn, cs, k, i)
     retry, reset = 0, 0
     if live + take <= max then
       ok, rem = true, max - live - take
-      if take > 0 then last = us + ttl end
+      if take > 0 then last = math.max(last, us + ttl) end -- (a renewed slot may expire later)
     else
       ok, rem = false, 0
       local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
@@ -130,7 +130,8 @@ local function decide(sp, key, costn, cs, k, i)
     if take > 0 then
       save1 = function()
         redis.call('ZADD', key, string.format('%d', us + ttl), lease)
-        if expire then redis.call('PEXPIRE', key, string.format('%d', math.ceil(ttl / 1000) + 1)) end
+        -- the set lives as long as its last slot (never shortened)
+        if expire then redis.call('PEXPIRE', key, string.format('%d', math.ceil((last - us) / 1000) + 1)) end
       end
     end
   end

@@ -380,6 +380,15 @@ func testRenew(t *testing.T, f Factory) {
 	if err := r.Renew(ctx, l1.Lease, 0); err == nil {
 		t.Fatal("rule: a ttl of 0 is an error")
 	}
+	// A slot renewed for longer than the limit's lease TTL: a later take
+	// reports the set's reset at the latest expiry, not at its own.
+	l3 := take(t, s, it)
+	if err := r.Renew(ctx, l3.Lease, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l4 := take(t, s, it); !l4.Allowed || l4.Decisions[0].ResetAfter != time.Minute {
+		t.Fatalf("rule: a take's ResetAfter is when the last slot expires (a renewed one, in 1m), not its own (10s): %+v", l4.Decisions[0])
+	}
 }
 
 func testPeek(t *testing.T, f Factory) {
