@@ -163,8 +163,8 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 			queued = sh.enter(g.cfg.MaxQueue)
 		}
 		items, at := sh.items(cost, ch, queued, limit)
-		before := time.Now()
 		res, err := sh.st.Take(context.WithoutCancel(ctx), items)
+		answered := time.Now() // (a booked wait counts from the store's answer: store.Item.Wait)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			g.reject(ctx.Err(), "canceled", cost, attempt, time.Since(start))
@@ -186,7 +186,7 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 				g.reject(ctx.Err(), "canceled", cost, attempt, time.Since(start))
 				return nil, ctx.Err()
 			}
-			return g.admitShared(ctx, h, before.Add(res.Wait), ch, cost, attempt, start, limit)
+			return g.admitShared(ctx, h, answered.Add(res.Wait), ch, cost, attempt, start, limit)
 		}
 		why, retry := sh.refusal(items)
 		if !queued && g.cfg.MaxQueue > 0 && sh.enter(g.cfg.MaxQueue) {

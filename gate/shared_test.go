@@ -495,3 +495,45 @@ func TestSharedPauseOwnClock(t *testing.T) {
 type aheadClock struct{}
 
 func (aheadClock) Now() time.Time { return time.Now().Add(time.Hour) }
+
+// lateAnswerStore answers delay after it decides, counting booked waits
+// from its answer (as store.Item.Wait allows: a shared store takes the
+// answer's travel off the wait).
+type lateAnswerStore struct {
+	store.Store
+	delay time.Duration
+}
+
+func (s *lateAnswerStore) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	r, err := s.Store.Take(ctx, items)
+	time.Sleep(s.delay)
+	r.Wait = max(r.Wait-s.delay, 0)
+	for i := range items {
+		items[i].Wait = max(items[i].Wait-s.delay, 0)
+	}
+	return r, err
+}
+
+// A booked call acts Wait after the store's answer arrives, not after it
+// was asked: a store whose answer took time to come back is never acted
+// on early.
+func TestSharedWaitCountsFromTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &lateAnswerStore{Store: memstore.New(), delay: 30 * time.Millisecond}
+		defer st.Close()
+		g := slowGate(t, st, gate.Config{Limit: bucket.Limit{Capacity: 1, Rate: 10}, MaxQueue: 1, MaxWait: time.Second})
+		ctx := context.Background()
+		start := time.Now()
+		if err := g.Do(ctx, 1, nop); err != nil { // decided at 0: empty, the next token at 100 ms
+			t.Fatal(err)
+		}
+		var at time.Duration
+		if err := g.Do(ctx, 1, func(context.Context) error { at = time.Since(start); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		// asked at 30 ms, decided then (its turn at 100 ms), answered at 60 ms with a wait of 40 ms
+		if at != 100*time.Millisecond {
+			t.Fatalf("rule: a booked call runs at its turn (100ms), got %v", at)
+		}
+	})
+}
