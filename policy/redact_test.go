@@ -62,6 +62,8 @@ func TestRedactParse(t *testing.T) {
 		"redact: [user, api_kye]\nlimits: [{name: a, key: \"k:{api_key}:{user}\", capacity: 1, refill: 1/s}]\n": `policy: line 1, column 16: field "redact": "api_kye" is not a descriptor of any limit's key, so it would redact nothing (did you mean api_key?)`,
 		"limits: [{name: a, key: \"k:{tenant}\", capacity: 1, refill: 1/s}]\nredact: [user]\n":                  `policy: line 2, column 10: field "redact": "user" is not a descriptor of any limit's key, so it would redact nothing (want tenant)`,
 		"limits: [{name: a, key: x, capacity: 1, refill: 1/s}]\nredact: [user]\n":                               `policy: line 2, column 10: field "redact": "user" is not a descriptor of any limit's key, so it would redact nothing`,
+		// a limit in error says so, and only that (its key's names are not "unused")
+		"redact: [api_key]\nlimits: [{name: a, key: \"k:{api_key}\", capacity: 0, refill: 1/s}]\n": `policy: line 2, column 50: limit "a": field "capacity": capacity 0 must be at least 1`,
 	} {
 		if _, err := policy.Parse([]byte(src)); err == nil || err.Error() != want {
 			t.Errorf("%q:\n got %v\nwant %s", src, err, want)

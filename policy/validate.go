@@ -60,13 +60,15 @@ var topFields = []string{"limits", "costs", "redact", "request_descriptors"}
 
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
-	seenLimits := false
+	seenLimits, limitsOK := false, false
 	var request, redact *yaml.Node
 	for _, f := range v.pairs(root, "") {
 		switch f.key.Value {
 		case "limits":
+			n := len(v.errs)
 			seenLimits = true
 			v.limits(f.val, p)
+			limitsOK = len(v.errs) == n
 		case "costs":
 			v.costs(f.val, p)
 		case "redact":
@@ -83,7 +85,7 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 	if request != nil { // (after the limits, which it checks)
 		v.requestDescriptors(request, p)
 	}
-	if redact != nil && seenLimits {
+	if redact != nil && limitsOK { // (a limit in error is not in p.Limits: its key would look unused)
 		v.checkRedact(redact, p)
 	}
 	v.checkCosts(p)
