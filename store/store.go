@@ -77,10 +77,12 @@ type Item struct {
 	MaxWait time.Duration
 	// Wait is set by Take on an admitted request: how long after Take
 	// returns this item's cost is available (0 when it is now). A store
-	// counts it from when its answer reached the caller, never earlier
-	// (a shared store takes off the time its decision took to come back,
-	// which a caller acting Wait after Take would otherwise add). The
-	// request may act after the largest Wait of its items (Result.Wait). A
+	// counts it from a moment no later than Take's return, so that acting
+	// Wait after Take returns is never early; a shared store counts it
+	// from as late a moment as it can tell (taking off the time its
+	// answer took to come back), so that acting then is not late by it
+	// either. The request may act after the largest Wait of its items
+	// (Result.Wait). A
 	// caller that gives up returns the booking with Adjust (Delta -Cost,
 	// before RefundBefore), exactly, whatever was booked after it.
 	Wait time.Duration

@@ -9,11 +9,13 @@
 // same clock. Concurrent decisions share script calls: at most two are in
 // flight, and requests that arrive meanwhile go together in the next (each
 // still all-or-nothing on its own); a lone caller is never delayed. A
-// booking's wait is counted from when its answer reached its caller: a
-// script that booked reads TIME again at its end and the waits are
-// shortened by the time it ran, and by the time its answer waited for the
-// caller to pick it up (a batch of 64 bookings runs for milliseconds:
-// counted from the script's start, every one would act that much late).
+// booking's wait is counted from as late as the store can tell, never
+// later than its answer's arrival: the time the answer waited for its
+// caller to pick it up is taken off, and so is the script's own run time
+// (a batch of 64 bookings runs for about 2 ms) where Redis lets a script
+// see it — before 7.2: from Redis 7.2 on, and in Valkey, TIME is frozen
+// for a script's whole run, so waits there count from the script's start
+// and are late by its run time, never early.
 //
 // The script applies the same transitions as the in-process store
 // (bucket.Params, store.BucketState, window.Limit) on exact integers, so
