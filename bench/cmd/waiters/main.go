@@ -8,7 +8,8 @@
 // FCALL, EVALSHA, EVAL) and the lateness of each admission (its answer's
 // arrival here minus its due time, counted from when the pause was sent:
 // over-stated by at most the pause's round trip, never under-stated),
-// p50/p99/max per round and pooled.
+// p50/p99/max per round and pooled; an answer that arrives before its
+// turn is reported as EARLY (it must never happen).
 //
 //	GOWORK=off go run ./cmd/waiters -sluice /path/to/sluice [-n 200] [-rate 1000] [-rounds 3]
 //
@@ -123,10 +124,14 @@ func main() {
 		f, e = f-beforeF, e-beforeE
 		slices.Sort(admitted)
 		var late []time.Duration
+		early, earliest := 0, time.Duration(0)
 		for k, at := range admitted {
 			due := time.Duration(k) * perToken
 			if !*floor {
 				due += perToken // (the pause empties the bucket: the first turn is a token later)
+			}
+			if at < due { // (due is never later than the true turn: this answer was early)
+				early, earliest = early+1, min(earliest, at-due)
 			}
 			late = append(late, max(at-due, 0))
 		}
@@ -145,6 +150,9 @@ func main() {
 		}
 		if !*floor {
 			server += fmt.Sprintf(" (pause round trip %v)", pauseRTT.Round(10*time.Microsecond))
+		}
+		if early > 0 {
+			server += fmt.Sprintf(" EARLY: %d answers before their turn (by up to %v)", early, -earliest)
 		}
 		fmt.Printf("round %d admitted %d refused %d decision-calls/admitted %.2f book-calls/admitted %.2f lateness p50 %v p99 %v max %v%s\n", round, len(admitted), refused,
 			float64(f)/adm, float64(e)/adm, pct(0.5).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), late[len(late)-1].Round(10*time.Microsecond), server)
