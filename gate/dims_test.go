@@ -167,6 +167,10 @@ func TestLowerAndPauseDimension(t *testing.T) {
 		if g.Lower("bytes", 1) || g.PauseDimension("bytes", time.Second) {
 			t.Fatal("an unknown dimension")
 		}
+		if u := g.LowerAll([]gate.Ceiling{{Dimension: "tokens", Remaining: 250}, {Dimension: "bytes", Remaining: 1}, {Dimension: "requests", Remaining: 4}}); len(u) != 1 || u[0] != "bytes" ||
+			tokens(g) != 250 || g.Stats().Tokens != 4 {
+			t.Fatalf("LowerAll: unknown %v, tokens %v, requests %v", u, tokens(g), g.Stats().Tokens)
+		}
 		start := time.Now()
 		g.PauseDimension("tokens", 2*time.Second)
 		if err := g.Do(ctx, 1, nop); err != nil || time.Since(start) != 0 {

@@ -676,14 +676,42 @@ func (g *Gate) dimPauseEnd(ch []int64) time.Time {
 // Limit, else a Config.Dimensions name; it reports false for an unknown
 // one.
 func (g *Gate) Lower(dimension string, remaining int64) bool {
-	b := g.bucketOf(dimension)
-	if b == nil {
-		return false
+	return len(g.LowerAll([]Ceiling{{Dimension: dimension, Remaining: remaining}})) == 0
+}
+
+// Ceiling is a provider's count of one budget: at most Remaining tokens
+// left. Dimension is as for Lower.
+type Ceiling struct {
+	Dimension string
+	Remaining int64
+}
+
+// LowerAll is Lower for several budgets at once (those of one provider
+// answer, say): each budget is lowered to at most its ceiling, never
+// raised; a shared gate sends them to the store in one call, each one
+// atomic ceiling. It returns the dimensions it does not know (skipped), in
+// order.
+func (g *Gate) LowerAll(cs []Ceiling) (unknown []string) {
+	var shared []Ceiling
+	for _, c := range cs {
+		b := g.bucketOf(c.Dimension)
+		switch {
+		case b == nil:
+			unknown = append(unknown, c.Dimension)
+		case g.sh != nil:
+			shared = append(shared, c)
+		default:
+			lowerLocal(b, c.Remaining)
+		}
 	}
-	if g.sh != nil {
-		g.lowerShared(g.budgetIndex(dimension), remaining)
-		return true
+	if len(shared) > 0 {
+		g.lowerShared(shared)
 	}
+	return unknown
+}
+
+// lowerLocal lowers b's tokens to at most remaining.
+func lowerLocal(b *bucket.Bucket, remaining int64) {
 	for range 8 { // (another call may take tokens between the read and the take)
 		excess := int64(b.Tokens()) - max(remaining, 0)
 		if excess <= 0 {
@@ -693,7 +721,6 @@ func (g *Gate) Lower(dimension string, remaining int64) bool {
 			break
 		}
 	}
-	return true
 }
 
 // PauseDimension pauses one budget for d: "requests" (or "") pauses the

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -481,15 +482,34 @@ func (g *Gate) adjustShared(i int, a store.Adjustment) {
 	}
 }
 
-// lowerShared lowers budget i in the store to at most remaining, in one
-// atomic step (store.Adjustment.Lower); a figure at or above the
-// capacity cannot lower anything and skips the store.
-func (g *Gate) lowerShared(i int, remaining int64) {
-	if remaining >= g.sh.specs[i].Capacity() {
+// lowerShared lowers the budgets of cs (all known) in the store, each to
+// at most its ceiling, in one store call of atomic ceilings
+// (store.Adjustment.Lower); a ceiling at or above the budget's capacity
+// cannot lower anything and is not sent. A failure is logged.
+func (g *Gate) lowerShared(cs []Ceiling) {
+	adj := make([]store.Adjustment, 0, len(cs))
+	idx := make([]int, 0, len(cs))
+	for _, c := range cs {
+		i := g.budgetIndex(c.Dimension)
+		if c.Remaining >= g.sh.specs[i].Capacity() {
+			continue
+		}
+		adj = append(adj, store.Adjustment{Key: g.sh.keys[i], Spec: g.sh.specs[i], Lower: true, Delta: max(c.Remaining, 0)})
+		idx = append(idx, i)
+	}
+	if len(adj) == 0 {
 		return
 	}
-	g.adjustShared(i, store.Adjustment{Lower: true, Delta: max(remaining, 0)})
-	g.sh.last[i].Store(min(g.sh.last[i].Load(), max(remaining, 0)))
+	if err := g.sh.st.Adjust(context.Background(), adj); err != nil {
+		names := make([]string, len(idx))
+		for k, i := range idx {
+			names[k] = g.budgetName(i)
+		}
+		g.logWarn("gate: a store adjustment failed ("+strings.Join(names, ", ")+")", err)
+	}
+	for k, i := range idx {
+		g.sh.last[i].Store(min(g.sh.last[i].Load(), adj[k].Delta))
+	}
 }
 
 // budgetName is budget i's name: "requests", then the dimensions'.

@@ -537,3 +537,44 @@ func TestSharedWaitCountsFromTheAnswer(t *testing.T) {
 		}
 	})
 }
+
+// adjustCounter counts Adjust calls (store round trips).
+type adjustCounter struct {
+	store.Store
+	adjusts atomic.Int64
+}
+
+func (s *adjustCounter) Adjust(ctx context.Context, adj []store.Adjustment) error {
+	s.adjusts.Add(1)
+	return s.Store.Adjust(ctx, adj)
+}
+
+// LowerAll lowers every budget of one answer in one store call, each to
+// its ceiling (never raised); unknown dimensions are reported and
+// skipped; a ceiling at or above the capacity sends nothing.
+func TestSharedLowerAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &adjustCounter{Store: memstore.New()}
+		defer st.Close()
+		cfg := gate.Config{Limit: bucket.Limit{Capacity: 10, Rate: 1},
+			Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.Limit{Capacity: 1000, Rate: 1}}}}
+		a, b := slowGate(t, st, cfg), slowGate(t, st, cfg)
+		ctx := context.Background()
+		unknown := a.LowerAll([]gate.Ceiling{{Dimension: "requests", Remaining: 3}, {Dimension: "images", Remaining: 1}, {Dimension: "tokens", Remaining: 200}})
+		if len(unknown) != 1 || unknown[0] != "images" || st.adjusts.Load() != 1 {
+			t.Fatalf("rule: one store call for the known budgets, the unknown reported: unknown %v, %d calls", unknown, st.adjusts.Load())
+		}
+		if a.LowerAll([]gate.Ceiling{{Dimension: "requests", Remaining: 10}, {Dimension: "tokens", Remaining: 5000}}) != nil || st.adjusts.Load() != 1 {
+			t.Fatalf("rule: ceilings at or above the capacities lower nothing and send nothing: %d calls", st.adjusts.Load())
+		}
+		if err := b.Do(ctx, 1, nop, gate.Charge("tokens", 201)); !errors.Is(err, sluice.ErrQueueFull) {
+			t.Fatalf("rule: tokens lowered to 200 for every gate of the name: %v", err)
+		}
+		for i := range 4 {
+			err := b.Do(ctx, 1, nop, gate.Charge("tokens", 1))
+			if (i < 3) != (err == nil) {
+				t.Fatalf("rule: requests lowered to 3, 3 pass: request %d: %v", i, err)
+			}
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -112,14 +113,23 @@ func NewTransport(base http.RoundTripper, g *gate.Gate, opts ...TransportOption)
 // "requests" (the gate's Limit) and the gate's Dimensions by name; others
 // are ignored. Retry hints are left to the 429/503 handling.
 func (t *transport) follow(h http.Header) {
+	var cs []gate.Ceiling
+	var pauses []ProviderLimit
 	for _, l := range ParseProviderLimits(h) {
 		if l.Dimension == "" || l.Remaining < 0 {
 			continue
 		}
-		if !t.g.Lower(l.Dimension, l.Remaining) {
-			continue
-		}
+		cs = append(cs, gate.Ceiling{Dimension: l.Dimension, Remaining: l.Remaining})
 		if l.Remaining == 0 && l.Reset > 0 {
+			pauses = append(pauses, l)
+		}
+	}
+	if len(cs) == 0 {
+		return
+	}
+	unknown := t.g.LowerAll(cs) // (one store call for a shared gate)
+	for _, l := range pauses {
+		if !slices.Contains(unknown, l.Dimension) {
 			t.g.PauseDimension(l.Dimension, min(l.Reset, t.maxHint))
 		}
 	}
