@@ -54,7 +54,9 @@ type Request struct {
 	// MaxWait lets Check book the request in its limits' line, when it
 	// cannot be admitted now, if its turn comes within this long (and ctx's
 	// deadline): FIFO by arrival at the store (store.Item.MaxWait). Check
-	// then sleeps until the turn (unless Reserve); 0 decides at once.
+	// then sleeps until the turn (unless Reserve); 0 (or less, as for
+	// bucket.Bucket.Reserve) decides at once. Only token buckets book: the
+	// other kinds must admit now.
 	MaxWait time.Duration
 	// Reserve, with MaxWait, books without sleeping: an admitted Result's
 	// Wait says when the request may act. It implies Receipt: a caller that

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -147,7 +148,11 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		if a := s.decide(w, r, &req); a != nil {
 			keep, _ = json.Marshal(a)
 		}
-		s.book.Finish(r.Context(), req.RequestID, fp, keep)
+		// (also when the caller has left: a claim left pending would make
+		// its retries fail until the window ends)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+		s.book.Finish(ctx, req.RequestID, fp, keep)
+		cancel()
 	case raw == nil:
 		fail(w, http.StatusServiceUnavailable, "retry", "the first request with this request_id did not finish")
 	default:
@@ -192,6 +197,12 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 	}
 	a := s.reply(r, res, req.Reserve)
 	a.write(w)
+	if lr.MaxWait > 0 && !lr.Reserve && !res.Allowed && r.Context().Err() != nil {
+		// Held, and its caller left before its turn: the booking was
+		// returned, and this refusal reached nobody. A retry with its
+		// request_id decides anew.
+		return nil
+	}
 	return a
 }
 
@@ -297,8 +308,8 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 type PauseRequest struct {
 	Descriptors  map[string]string `json:"descriptors"`
 	RetryAfterMS int64             `json:"retry_after_ms"`
-	// Limits names the limits to pause; empty: every token-bucket limit
-	// that applies to the descriptors.
+	// Limits names the limits to pause; absent: every token-bucket limit
+	// that applies to the descriptors (an empty list is an error).
 	Limits []string `json:"limits"`
 }
 
@@ -317,13 +328,16 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
 		return
 	case req.RetryAfterMS == 0:
-		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms is missing (1 to %d: 24 hours)", MaxPause.Milliseconds())
+		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms is missing or 0 (1 to %d: 24 hours)", MaxPause.Milliseconds())
 		return
 	case req.RetryAfterMS < 0 || req.RetryAfterMS > MaxPause.Milliseconds():
 		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms %d must be 1 to %d (24 hours)", req.RetryAfterMS, MaxPause.Milliseconds())
 		return
 	case len(req.Limits) > MaxDescriptors:
 		fail(w, http.StatusBadRequest, "bad_request", "limits names %d limits, more than %d", len(req.Limits), MaxDescriptors)
+		return
+	case req.Limits != nil && len(req.Limits) == 0:
+		fail(w, http.StatusBadRequest, "bad_request", "limits is empty: name the limits to pause, or leave it out to pause every token-bucket limit that applies")
 		return
 	}
 	until, err := s.cfg.Limiter.Pause(r.Context(), req.Descriptors, time.Duration(req.RetryAfterMS)*time.Millisecond, req.Limits)

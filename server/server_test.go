@@ -419,8 +419,9 @@ func TestPauseHTTP(t *testing.T) {
 		`{"descriptors": {"tenant": "p"}, "retry_after_ms": 86400001}`:                 {"400", "bad_request"},
 		`{"descriptors": {"tenant": "p"}, "retry_after_ms": 10, "limits": ["tpm"]}`:    {"400", "unknown_limit"},
 		`{"descriptors": {"api_key": "k"}, "retry_after_ms": 10, "limits": ["tools"]}`: {"400", "bad_request"},
-		`{"retry_after_ms": 10}`:                                     {"400", "bad_request"},
-		`{"descriptors": {"tenant": "p"}, "retry_after_ms": "soon"}`: {"400", "bad_json"},
+		`{"retry_after_ms": 10}`:                                               {"400", "bad_request"},
+		`{"descriptors": {"tenant": "p"}, "retry_after_ms": "soon"}`:           {"400", "bad_json"},
+		`{"descriptors": {"tenant": "x"}, "retry_after_ms": 10, "limits": []}`: {"400", "bad_request"}, // (not "every limit")
 	} {
 		if resp, m := post(t, ts, "/v1/pause", body); resp.Status[:3] != want[0] || m["code"] != want[1] {
 			t.Errorf("%s: %s %v, want %v", body, resp.Status, m, want)
@@ -454,6 +455,51 @@ func TestHeldBookingReturnedWhenTheCallerLeaves(t *testing.T) {
 			post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_cost": 0}`)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A held request whose caller leaves keeps nothing under its request_id:
+// the refusal its cancel made reached nobody, so the retry (the reason
+// for a request_id) is decided anew, not answered with that refusal.
+func TestHeldRequestIDForgottenWhenTheCallerLeaves(t *testing.T) {
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	ts := newServer(t, func(c *server.Config) {
+		p, err := policy.Parse([]byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		if c.Limiter, err = limiter.New(p, memstore.New(memstore.WithClock(clock)), limiter.WithRegisterer(reg)); err != nil {
+			t.Fatal(err)
+		}
+		c.Gatherer, c.Registerer, c.MaxWait, c.MaxWaiting = reg, reg, time.Minute, 10
+	})
+	post(t, ts, "/v1/check", `{"descriptors": {"tenant": "r"}, "cost": 3}`) // empty
+	held := `{"descriptors": {"tenant": "r"}, "max_wait_ms": 30000, "request_id": "rid-1"}`
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/check", strings.NewReader(held))
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the held request answered before its turn (2 s on a frozen clock)")
+	}
+	// once the server has seen the caller leave (its booking returned), a
+	// retry after the bucket refilled is admitted
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "r"}, "cost": 1, "max_wait_ms": 60000, "reserve": true}`)
+		lease, _ := m["lease"].(string)
+		post(t, ts, "/v1/settle", `{"lease": "`+lease+`", "actual_cost": 0}`)
+		if m["wait_ms"] == 2000.0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the booking of the caller that left was not returned: %v", m)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	clock.Advance(10 * time.Second)
+	if res, m := post(t, ts, "/v1/check", held); res.StatusCode != 200 || m["allowed"] != true {
+		t.Fatalf("rule: the retry of a held request whose caller left is decided anew: %d %v", res.StatusCode, m)
 	}
 }
 
