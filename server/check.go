@@ -183,6 +183,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 	case req.MaxWaitMS > 0:
 		if s.waiting.Add(1) <= int64(s.cfg.MaxWaiting) {
 			lr.MaxWait = min(time.Duration(req.MaxWaitMS)*time.Millisecond, s.cfg.MaxWait)
+		} else if s.cfg.MaxWait > 0 {
+			s.waitingFull.Add(1) // (decided at once, as with --max-wait 0, but counted)
 		}
 		defer s.waiting.Add(-1)
 	}

@@ -118,10 +118,11 @@ func (s *Server) AuthHandler() http.Handler {
 
 // Server is the HTTP service. It is safe for concurrent use.
 type Server struct {
-	cfg     Config
-	mux     *http.ServeMux
-	waiting atomic.Int64
-	book    book.Book
+	cfg         Config
+	mux         *http.ServeMux
+	waiting     atomic.Int64  // checks held now
+	waitingFull atomic.Uint64 // checks not held because waiting was at --max-waiting
+	book        book.Book
 }
 
 // New returns a server for cfg.
@@ -153,6 +154,12 @@ func New(cfg Config) (*Server, error) {
 			Name: "sluice_receipts_dropped_total",
 			Help: "Receipts (kept for /v1/settle) dropped because more than --max-receipts were held.",
 		}, func() float64 { return float64(s.book.Dropped()) })); err != nil {
+			return nil, fmt.Errorf("server: registering metrics: %w", err)
+		}
+		if err := cfg.Registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_waiting_full_total",
+			Help: "Checks with max_wait_ms decided at once, not held, because --max-waiting checks were held already.",
+		}, func() float64 { return float64(s.waitingFull.Load()) })); err != nil {
 			return nil, fmt.Errorf("server: registering metrics: %w", err)
 		}
 	}

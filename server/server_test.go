@@ -458,6 +458,36 @@ func TestHeldBookingReturnedWhenTheCallerLeaves(t *testing.T) {
 	}
 }
 
+// A check with max_wait_ms beyond --max-waiting held checks is decided at
+// once, and counted: sluice_waiting_full_total tells a full waiting room
+// from a plain refusal.
+func TestWaitingFullCounted(t *testing.T) {
+	ts := newServer(t, func(c *server.Config) { c.MaxWait = time.Minute; c.MaxWaiting = 1 })
+	post(t, ts, "/v1/check", `{"descriptors": {"tenant": "f"}, "cost": 3}`) // empty (frozen clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/check", strings.NewReader(`{"descriptors": {"tenant": "f"}, "max_wait_ms": 30000}`))
+	go http.DefaultClient.Do(req) // held: the one place
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, metrics := get(t, ts.URL+"/metrics")
+		if strings.Contains(metrics, "sluice_waits_total{limit=\"tenant_api\"} 1") {
+			break // (booked, so held)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first check was not held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	if res, m := post(t, ts, "/v1/check", `{"descriptors": {"tenant": "f"}, "max_wait_ms": 30000}`); res.StatusCode != 429 || time.Since(start) > 2*time.Second {
+		t.Fatalf("the second, beyond --max-waiting 1: %d %v after %v, want 429 at once", res.StatusCode, m, time.Since(start))
+	}
+	if _, metrics := get(t, ts.URL+"/metrics"); !strings.Contains(metrics, "sluice_waiting_full_total 1") {
+		t.Fatalf("sluice_waiting_full_total is not 1:\n%s", metrics)
+	}
+}
+
 // A held request whose caller leaves keeps nothing under its request_id:
 // the refusal its cancel made reached nobody, so the retry (the reason
 // for a request_id) is decided anew, not answered with that refusal.
