@@ -18,6 +18,7 @@ type call struct {
 	ok     bool
 	err    error
 	at     time.Time     // when the script's answer arrived
+	took   time.Duration // the script's run time, when it could tell (booked, on Redis TIME)
 	queued bool          // decided by another caller's batch: signal done
 	done   chan struct{} // buffered: one signal per use, so calls are reused
 	self   [1]*call      // a batch of just this call, without allocating
@@ -158,9 +159,9 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 	args = append(args, tail...)
 	r := s.scripts.take(ctx, keys, args)
 	at := time.Now()
-	err := s.decode(r, batch)
+	took, err := s.decode(r, batch)
 	for _, c := range batch {
-		c.at = at
+		c.at, c.took = at, took
 		if err != nil {
 			c.err = fmt.Errorf("redisstore: take: %w", err)
 		}
@@ -170,13 +171,18 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 	}
 }
 
-// sinceAnswer counts booked waits from now, when the caller picks up its
-// decision, rather than from at, when the script's answer arrived (a
-// batch's callers are woken one after another): the time between is taken
-// off each booked item's Wait (to 0 at the least: due now). Only on
+// countFromAnswer counts c's booked waits from now, when its caller picks
+// up its decision, rather than from the start of the script that made it:
+// the script's run time (when it could tell: Redis TIME moves during a
+// script only before 7.2) and the time since its answer arrived (a
+// batch's callers are woken one after another) are taken off each booked
+// item's Wait, to 0 at the least (due now). The pick-up counts only on
 // Redis's clock: a script clock (WithScriptClock) is not real time.
-func sinceAnswer(items []store.Item, at time.Time) {
-	late := time.Since(at)
+func (s *Store) countFromAnswer(items []store.Item, c *call) {
+	late := c.took
+	if s.cfg.clock == nil {
+		late += time.Since(c.at)
+	}
 	for i := range items {
 		if w := &items[i].Wait; *w > 0 {
 			*w = max(*w-late, 0)

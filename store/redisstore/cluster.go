@@ -33,8 +33,8 @@ func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]in
 	var firstErr error
 	okGroup := make([]bool, len(groups))
 	for g, c := range calls {
-		if c.ok && s.cfg.clock == nil {
-			sinceAnswer(c.items, c.at)
+		if c.ok {
+			s.countFromAnswer(c.items, c)
 		}
 		for j, i := range groups[g] {
 			items[i].Decision, items[i].RefundBefore, items[i].Wait = c.items[j].Decision, c.items[j].RefundBefore, c.items[j].Wait

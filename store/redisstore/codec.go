@@ -160,33 +160,34 @@ func value(m rueidis.RedisMessage) (int64, error) {
 	return parseHex(m)
 }
 
-// decode writes a take reply's decisions into the calls' items.
-func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
+// decode writes a take reply's decisions into the calls' items, and
+// returns the script's run time when it sent one (it booked, on Redis TIME).
+func (s *Store) decode(r rueidis.RedisResult, batch []*call) (took time.Duration, err error) {
 	arr, err := r.ToArray()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(arr) < 2 {
-		return fmt.Errorf("script returned %d values", len(arr))
+		return 0, fmt.Errorf("script returned %d values", len(arr))
 	}
 	fast, err := arr[0].AsInt64()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	now, err := parseHex(arr[1])
 	if err != nil {
-		return err
+		return 0, err
 	}
 	s.fast.Add(uint64(fast))
 	arr = arr[2:]
 	booked := false
 	for _, c := range batch {
 		if len(arr) < 1 {
-			return fmt.Errorf("script returned too few values")
+			return 0, fmt.Errorf("script returned too few values")
 		}
 		all, err := arr[0].AsInt64()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		c.ok = all >= 1
 		per := 4
@@ -198,7 +199,7 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 		}
 		arr = arr[1:]
 		if len(arr) < per*len(c.items) {
-			return fmt.Errorf("script returned too few values")
+			return 0, fmt.Errorf("script returned too few values")
 		}
 		for i := range c.items {
 			f := arr[per*i:]
@@ -220,7 +221,7 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 				}
 			}
 			if err != nil {
-				return err
+				return 0, err
 			}
 			it := &c.items[i]
 			it.Decision = sluice.Decision{Allowed: v[0] == 1, Remaining: v[1], RetryAfter: time.Duration(v[2]), ResetAfter: time.Duration(v[3])}
@@ -234,24 +235,16 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) error {
 		arr = arr[per*len(c.items):]
 	}
 	if len(arr) == 1 && booked {
-		// The script's time: waits were counted from its start, and are
-		// counted from its end (when its answer left), so that a caller
-		// acting Wait after the answer is not late by the batch's time.
-		took, err := value(arr[0])
+		// The script's run time: its waits count from its start
+		// (countFromAnswer takes it off).
+		v, err := value(arr[0])
 		if err != nil {
-			return err
+			return 0, err
 		}
-		for _, c := range batch {
-			for i := range c.items {
-				if w := &c.items[i].Wait; *w > 0 {
-					*w = max(*w-time.Duration(took), 0)
-				}
-			}
-		}
-		arr = arr[1:]
+		took, arr = time.Duration(max(v, 0)), arr[1:]
 	}
 	if len(arr) != 0 {
-		return fmt.Errorf("script returned %d values too many", len(arr))
+		return 0, fmt.Errorf("script returned %d values too many", len(arr))
 	}
-	return nil
+	return took, nil
 }

@@ -229,8 +229,8 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		}
 		var err error
 		res.Allowed, err = c.ok, c.err
-		if res.Allowed && s.cfg.clock == nil {
-			sinceAnswer(items, c.at)
+		if res.Allowed {
+			s.countFromAnswer(items, c)
 		}
 		c.items, c.err, c.self[0] = nil, nil, nil
 		callPool.Put(c)
