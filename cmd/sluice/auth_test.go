@@ -70,19 +70,7 @@ func TestForwardAuthNginx(t *testing.T) {
 		}
 		nginx = "/usr/sbin/nginx"
 	}
-	var hits atomic.Int64
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		fmt.Fprintln(w, "upstream", r.URL.Path)
-	}))
-	defer upstream.Close()
-	pol := filepath.Join(t.TempDir(), "p.yaml")
-	writePolicy(t, pol, authPolicy)
-	p := serve(t, "--config", pol)
-	port, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	upstream, hits, p, port := proxyRig(t)
 	dir := t.TempDir()
 	conf := fmt.Sprintf(`worker_processes 1;
 pid %[1]s/nginx.pid;
@@ -102,7 +90,7 @@ http {
 		t.Fatal(err)
 	}
 	defer stopGracefully(cmd) // (SIGKILL would leave nginx's workers running, holding the port)
-	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), &hits, func() string {
+	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), hits, func() string {
 		log, _ := os.ReadFile(filepath.Join(dir, "out.log"))
 		elog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 		return string(log) + string(elog)
@@ -123,6 +111,27 @@ func recipe(t *testing.T, lang string) string {
 	}
 	block := s[start+len("```"+lang+"\n"):]
 	return block[:strings.Index(block, "```")]
+}
+
+// proxyRig is what a proxy test puts around the proxy: an upstream that
+// counts its hits (and echoes the path), a sluice serve with authPolicy,
+// and a free port for the proxy to listen on.
+func proxyRig(t *testing.T) (upstream *httptest.Server, hits *atomic.Int64, p *proc, port int) {
+	t.Helper()
+	hits = new(atomic.Int64)
+	upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintln(w, "upstream", r.URL.Path)
+	}))
+	t.Cleanup(upstream.Close)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, authPolicy)
+	p = serve(t, "--config", pol)
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstream, hits, p, port
 }
 
 // nginxRecipe is docs/proxies.md's nginx configuration (the upstream and
@@ -205,16 +214,7 @@ func TestForwardAuthCaddy(t *testing.T) {
 			t.Fatal("Caddy is needed: cd tools/caddy && GOWORK=off go build, then SLUICE_CADDY=path (scripts/test.sh does)")
 		}
 	}
-	var hits atomic.Int64
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	defer upstream.Close()
-	pol := filepath.Join(t.TempDir(), "p.yaml")
-	writePolicy(t, pol, authPolicy)
-	p := serve(t, "--config", pol)
-	port, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	upstream, hits, p, port := proxyRig(t)
 	conf := recipe(t, "caddyfile")
 	conf = strings.ReplaceAll(conf, "http://127.0.0.1:8000", fmt.Sprintf("http://127.0.0.1:%d", port))
 	conf = strings.ReplaceAll(conf, "forward_auth 127.0.0.1:8080", "forward_auth "+strings.TrimPrefix(p.addr, "http://"))
@@ -230,7 +230,7 @@ func TestForwardAuthCaddy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopGracefully(cmd)
-	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), &hits, func() string {
+	burstThroughProxy(t, fmt.Sprintf("http://127.0.0.1:%d", port), hits, func() string {
 		b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
 		return string(b)
 	})
