@@ -105,10 +105,31 @@ type Config struct {
 // AuthHandler serves forward-auth alone (GET|POST /v1/auth, with the
 // token when AuthToken is set, and GET /healthz): sluice serve
 // --auth-listen. It needs a Limiter.
-func (s *Server) AuthHandler() http.Handler {
+func (s *Server) AuthHandler() http.Handler { return s.authMux(s.auth) }
+
+// AuthHandlerClientCert is AuthHandler for a listener whose TLS
+// configuration requires and verifies client certificates (sluice serve
+// --auth-listen-client-ca): there the verified certificate is the
+// credential, so the bearer token is not asked. A request whose connection
+// carries no verified client certificate chain (r.TLS nil, or no
+// VerifiedChains) answers 401 unauthorized whatever its headers.
+func (s *Server) AuthHandlerClientCert() http.Handler {
+	return s.authMux(func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+				fail(w, http.StatusUnauthorized, "unauthorized", "a verified client certificate is required")
+				return
+			}
+			h(w, r)
+		}
+	})
+}
+
+// authMux is the forward-auth mux, /v1/auth guarded by guard.
+func (s *Server) authMux(guard func(http.HandlerFunc) http.HandlerFunc) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/auth", s.auth(s.forwardAuth))
-	mux.HandleFunc("POST /v1/auth", s.auth(s.forwardAuth))
+	mux.HandleFunc("GET /v1/auth", guard(s.forwardAuth))
+	mux.HandleFunc("POST /v1/auth", guard(s.forwardAuth))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "not_found", "this address serves /v1/auth only (--auth-listen)")
@@ -302,17 +323,22 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// DecodeStrict decodes exactly one JSON object with known fields only. Its
-// errors name the field and what it wants (`field "cost": want an
+// DecodeStrict decodes exactly one JSON object with known fields only,
+// each named in its exact case and given once (in nested objects too: a
+// descriptor given twice is refused); every endpoint's body goes through
+// it. Its errors name the field and what it wants (`field "cost": want an
 // integer`), never Go's types.
 func DecodeStrict(body []byte, v any) error {
+	if err := checkNames(body, reflect.TypeOf(v)); err != nil {
+		return err // (a key given twice, or a field name in another case)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, reflect.TypeOf(v))
 	}
-	if dec.More() {
-		return errors.New("malformed JSON: more than one value")
+	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return errors.New("malformed JSON: more than one value") // (or a stray "}" or "]")
 	}
 	return nil
 }
