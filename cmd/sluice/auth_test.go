@@ -115,8 +115,9 @@ func recipe(t *testing.T, lang string) string {
 
 // proxyRig is what a proxy test puts around the proxy: an upstream that
 // counts its hits (and echoes the path), a sluice serve with authPolicy,
-// and a free port for the proxy to listen on.
-func proxyRig(t *testing.T) (upstream *httptest.Server, hits *atomic.Int64, p *proc, port int) {
+// and a free port for the proxy to listen on; serveArgs are more flags of
+// sluice serve.
+func proxyRig(t *testing.T, serveArgs ...string) (upstream *httptest.Server, hits *atomic.Int64, p *proc, port int) {
 	t.Helper()
 	hits = new(atomic.Int64)
 	upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +127,7 @@ func proxyRig(t *testing.T) (upstream *httptest.Server, hits *atomic.Int64, p *p
 	t.Cleanup(upstream.Close)
 	pol := filepath.Join(t.TempDir(), "p.yaml")
 	writePolicy(t, pol, authPolicy)
-	p = serve(t, "--config", pol)
+	p = serve(t, append([]string{"--config", pol}, serveArgs...)...)
 	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
