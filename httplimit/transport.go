@@ -55,9 +55,9 @@ type transport struct {
 
 // WithTokenEstimate charges each request's estimated tokens (f's result)
 // to the gate's "tokens" dimension before it is sent (gate.Charge); the
-// gate must have that dimension. The request then holds its in-flight slot
-// until its response body is closed (a streaming answer keeps it while it
-// streams), and a 429 or 503 that is retried is settled at 0 tokens.
+// gate must have that dimension. A 429 or 503 that is retried is settled
+// at 0 tokens. The in-flight slot is held as without an estimate (see
+// NewTransport): until the returned body ends.
 func WithTokenEstimate(f func(*http.Request) int64) TransportOption {
 	return func(t *transport) { t.estimate = f }
 }
@@ -74,6 +74,19 @@ func WithTokenUsage(f func(*http.Response) (int64, bool)) TransportOption {
 // NewTransport returns a RoundTripper that sends every request through g
 // (tokens, in-flight slot, queue; see gate.Gate.Do) and then base (nil
 // means http.DefaultTransport).
+//
+// A request holds its in-flight slot (gate.Config.MaxInFlight) from its
+// admission until the body of the answer RoundTrip returns ends: the body
+// is closed, a Read of it returns an error (io.EOF at its end), or the
+// request's context ends; an answer without a body (http.NoBody: a HEAD,
+// a 204) frees it before RoundTrip returns. A streaming answer
+// (text/event-stream) thus keeps its slot while it streams, with or
+// without WithTokenEstimate. When Close (or the Read that ends the body)
+// returns, the slot is free. An attempt that gets no answer (an error or a
+// panic of base, a request body that cannot be rewound) and a 429 or 503
+// that is retried free theirs at once. Close every body, as net/http
+// requires: a body never closed nor read to its end holds its slot until
+// the request's context ends.
 //
 // A 429 or 503 answer becomes a server hint, the longest of those it
 // carries (RetryHint): Retry-After (delta-seconds or HTTP-date),
@@ -168,97 +181,158 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.estimate != nil {
 		return t.roundTripTokens(req)
 	}
+	return t.roundTripDo(req)
+}
+
+// send makes attempt n of req through base and applies the answer's
+// provider headers to the gate.
+func (t *transport) send(req *http.Request, n int) (*http.Response, error) {
+	r, err := attemptRequest(req.Context(), req, n)
+	if err != nil {
+		return nil, err
+	}
+	res, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	t.follow(res.Header)
+	return res, nil
+}
+
+// refused reports whether an answer is a 429 or 503 (a retry hint's
+// answer).
+func refused(res *http.Response) bool {
+	return res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusServiceUnavailable
+}
+
+// drop reads a little of an answer that will not be returned (so that its
+// connection can be reused) and closes it.
+func drop(res *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	res.Body.Close()
+}
+
+// doAnswer is what roundTripDo's call hands back: the answer, Do's error,
+// or a panic of base.
+type doAnswer struct {
+	res      *http.Response
+	err      error
+	panicked bool
+	value    any
+}
+
+// roundTripDo is RoundTrip without a token estimate: the call runs in g.Do
+// (its retries, pauses and refusals) on a goroutine of its own, and the
+// attempt whose answer is returned keeps Do's in-flight slot until the
+// answer's body ends (holdUntilEnd), when Do returns and the goroutine
+// ends. The body's end returns once the slot is free.
+func (t *transport) roundTripDo(req *http.Request) (*http.Response, error) {
 	canRetry := idempotent(req) && rewindable(req)
 	attempts := max(t.g.Config().Retry.MaxAttempts, 1)
-	var resp *http.Response
+	got := make(chan doAnswer, 1)
+	freed := make(chan struct{}) // closed once Do has returned (its slot freed)
 	attempt := 0
-	err := t.g.Do(req.Context(), t.cost(req), func(ctx context.Context) error {
-		attempt++
-		r, err := attemptRequest(ctx, req, attempt)
-		if err != nil {
-			return err
-		}
-		res, err := t.base.RoundTrip(r)
-		if err != nil {
-			return err
-		}
-		t.follow(res.Header)
-		if res.StatusCode != http.StatusTooManyRequests && res.StatusCode != http.StatusServiceUnavailable {
-			resp = res
-			return nil
-		}
-		hint, hinted := RetryHint(res.Header, time.Now(), t.maxHint)
-		if canRetry && attempt < attempts {
-			// Another attempt will follow: drop this answer.
-			io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-			res.Body.Close()
-			serr := &StatusError{StatusCode: res.StatusCode, Status: res.Status}
-			if hinted {
-				return gate.WithRetryAfter(serr, hint)
+	go func() {
+		defer close(freed)
+		handed := false
+		defer func() {
+			if !handed {
+				if p := recover(); p != nil {
+					got <- doAnswer{panicked: true, value: p} // re-panicked on the caller's goroutine
+				}
 			}
-			return gate.Retryable(serr)
+		}()
+		var bodiless *http.Response
+		err := t.g.Do(req.Context(), t.cost(req), func(ctx context.Context) error {
+			attempt++
+			res, err := t.send(req, attempt)
+			if err != nil {
+				return err
+			}
+			if refused(res) {
+				hint, hinted := RetryHint(res.Header, time.Now(), t.maxHint)
+				if canRetry && attempt < attempts {
+					// Another attempt will follow: drop this answer.
+					drop(res)
+					serr := &StatusError{StatusCode: res.StatusCode, Status: res.Status}
+					if hinted {
+						return gate.WithRetryAfter(serr, hint)
+					}
+					return gate.Retryable(serr)
+				}
+				// The last answer goes back to the caller, and its hint
+				// still pauses the gate for everyone else.
+				if hinted {
+					t.g.Pause(hint)
+				}
+			}
+			if res.Body == nil || res.Body == http.NoBody {
+				bodiless = res // nothing to hold: returned once Do has freed the slot
+				return nil
+			}
+			ended := make(chan struct{})
+			holdUntilEnd(req.Context(), res, func() {
+				close(ended)
+				<-freed
+			})
+			handed = true
+			got <- doAnswer{res: res}
+			<-ended // Do holds the slot until the body ends
+			return nil
+		})
+		if !handed {
+			got <- doAnswer{res: bodiless, err: err}
 		}
-		// The last answer goes back to the caller, and its hint still
-		// pauses the gate for everyone else.
-		if hinted {
-			t.g.Pause(hint)
-		}
-		resp = res
-		return nil
-	})
-	if err != nil {
-		if resp != nil {
-			resp.Body.Close()
-		}
+	}()
+	a := <-got
+	if a.panicked {
+		panic(a.value)
+	}
+	if a.err != nil {
 		if req.Body != nil && attempt == 0 {
 			req.Body.Close() // RoundTrip must close the body even when not sending
 		}
-		return nil, err
+		return nil, a.err
 	}
-	return resp, nil
+	return a.res, nil
 }
 
 // roundTripTokens is RoundTrip with a token estimate: each attempt reserves
 // its request cost and its estimated tokens (waiting as Do does), a retried
 // 429/503 is settled at 0 tokens and released, and the final answer keeps
-// its ticket until its body is closed, settled by WithTokenUsage.
+// its ticket until its body ends (holdUntilEnd), settled by WithTokenUsage.
 func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 	canRetry := idempotent(req) && rewindable(req)
 	attempts := max(t.g.Config().Retry.MaxAttempts, 1)
 	est := t.estimate(req)
+	var last error
 	for attempt := 1; ; attempt++ {
 		tk, err := t.g.Reserve(req.Context(), t.cost(req), gate.Charge("tokens", est), gate.RetryAttempt(attempt))
 		if err != nil {
 			if req.Body != nil && attempt == 1 {
 				req.Body.Close()
 			}
+			if last != nil {
+				return nil, fmt.Errorf("%w (last attempt: %w)", err, last) // as Do reports a refused retry
+			}
 			return nil, err
 		}
-		r, err := attemptRequest(req.Context(), req, attempt)
+		res, err := t.sendHolding(req, attempt, tk)
 		if err != nil {
-			tk.SettleCharge("tokens", 0)
-			tk.Release()
 			return nil, err
 		}
-		res, err := t.base.RoundTrip(r)
-		if err != nil {
-			tk.SettleCharge("tokens", 0) // (nothing reached the provider, as far as is known)
-			tk.Release()
-			return nil, err
-		}
-		t.follow(res.Header)
-		if res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusServiceUnavailable {
+		if refused(res) {
 			hint, hinted := RetryHint(res.Header, time.Now(), t.maxHint)
 			if hinted {
 				t.g.Pause(hint)
 			}
 			if canRetry && attempt < attempts {
-				io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-				res.Body.Close()
+				drop(res)
 				tk.SettleCharge("tokens", 0) // refused: no tokens used
 				tk.Release()
+				last = &StatusError{StatusCode: res.StatusCode, Status: res.Status}
 				// the gate's retry policy: counted, jittered, no sooner than a hint
-				if err := t.g.BeforeRetry(req.Context(), attempt+1, &StatusError{StatusCode: res.StatusCode, Status: res.Status}); err != nil {
+				if err := t.g.BeforeRetry(req.Context(), attempt+1, last); err != nil {
 					return nil, err
 				}
 				continue
@@ -269,23 +343,83 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 				tk.SettleCharge("tokens", max(used, 0))
 			}
 		}
-		res.Body = &releaseOnClose{ReadCloser: res.Body, release: tk.Release}
+		holdUntilEnd(req.Context(), res, tk.Release)
 		return res, nil
 	}
 }
 
-// releaseOnClose releases a ticket when the body is closed (once).
-type releaseOnClose struct {
+// sendHolding is send for a reserved attempt: when no answer comes (an
+// error, or a panic of base) the ticket is settled at 0 tokens (nothing
+// reached the provider, as far as is known) and released.
+func (t *transport) sendHolding(req *http.Request, n int, tk *gate.Ticket) (res *http.Response, err error) {
+	answered := false
+	defer func() {
+		if !answered {
+			tk.SettleCharge("tokens", 0)
+			tk.Release()
+		}
+	}()
+	res, err = t.send(req, n)
+	answered = err == nil
+	return res, err
+}
+
+// holdUntilEnd arranges for release to run once, when res's body ends: it
+// is closed, a Read of it returns an error (io.EOF at its end), or ctx
+// ends (the transport then abandons the body). A response without a body
+// (nil or http.NoBody) ends at once.
+func holdUntilEnd(ctx context.Context, res *http.Response, release func()) {
+	if res.Body == nil || res.Body == http.NoBody {
+		release()
+		return
+	}
+	b := &releaseOnEnd{ReadCloser: res.Body, release: release}
+	b.stop = context.AfterFunc(ctx, b.end)
+	if w, ok := res.Body.(io.ReadWriteCloser); ok {
+		res.Body = &releaseOnEndRW{releaseOnEnd: b, w: w} // a 101 Switching Protocols body stays writable
+		return
+	}
+	res.Body = b
+}
+
+// releaseOnEnd is a response body that runs release once, at its end.
+type releaseOnEnd struct {
 	io.ReadCloser
 	once    sync.Once
 	release func()
+	stop    func() bool // unregisters end from the request's context
 }
 
-func (b *releaseOnClose) Close() error {
+// end runs release (once): from the context's AfterFunc, or finish.
+func (b *releaseOnEnd) end() { b.once.Do(b.release) }
+
+// finish is end from the body's own Read or Close.
+func (b *releaseOnEnd) finish() {
+	b.stop()
+	b.end()
+}
+
+func (b *releaseOnEnd) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.finish()
+	}
+	return n, err
+}
+
+func (b *releaseOnEnd) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(b.release)
+	b.finish()
 	return err
 }
+
+// releaseOnEndRW is releaseOnEnd for a body that can be written.
+type releaseOnEndRW struct {
+	*releaseOnEnd
+	w io.Writer
+}
+
+func (b *releaseOnEndRW) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 // UsageFromJSON reads the tokens an OpenAI or Anthropic answer says it
 // used, from its JSON body's "usage" (OpenAI: total_tokens, else
