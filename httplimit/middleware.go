@@ -56,8 +56,12 @@ func FromPolicy(l *limiter.Limiter) KeyFunc {
 		if err != nil {
 			return nil, err
 		}
-		return l.Policy().RequestDescriptors(policy.RequestView{Method: r.Method, Path: r.URL.EscapedPath(), Peer: peer,
-			ForwardedFor: r.Header.Values("X-Forwarded-For"), Header: r.Header}), nil
+		path := r.URL.RawPath // (the path as sent, for policy.CleanPath)
+		if path == "" {
+			path = r.URL.EscapedPath()
+		}
+		return l.Policy().RequestDescriptors(policy.RequestView{Method: r.Method, Path: path, Peer: peer,
+			ForwardedFor: r.Header.Values("X-Forwarded-For"), Header: r.Header})
 	}
 }
 

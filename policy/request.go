@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	pathpkg "path"
 	"slices"
 	"strings"
 
@@ -33,15 +32,16 @@ type RequestDescriptor struct {
 	// itself, whatever its headers say.
 	TrustedProxies []netip.Prefix
 	// Prefixes (From "path"): the descriptor is the longest prefix the
-	// path starts with (at a "/" boundary or exactly), else "other"; no
-	// prefixes: the path itself.
+	// path starts with (at a "/" boundary or exactly), both in their
+	// CleanPath form, else "other"; no prefixes: the clean path itself.
 	Prefixes []string
+	clean    []string // Prefixes' CleanPath forms (set by Parse)
 }
 
 // RequestView is what a request says of itself, as a proxy forwards it.
 type RequestView struct {
 	Method string
-	Path   string // escaped, without the query ("%2F" is not a separator)
+	Path   string // as sent (escaped), without the query; read by CleanPath
 	Peer   netip.Addr
 	// ForwardedFor is the X-Forwarded-For header's values, as received
 	// (the nearest proxy's hop last).
@@ -51,7 +51,9 @@ type RequestView struct {
 
 // RequestDescriptors reads p's request_descriptors from r. A header that
 // is absent leaves its descriptor out (limits needing it do not apply).
-func (p *Policy) RequestDescriptors(r RequestView) map[string]string {
+// The path is read by CleanPath; a path it refuses (one servers disagree
+// on) is an error, and the request is to be refused (400).
+func (p *Policy) RequestDescriptors(r RequestView) (map[string]string, error) {
 	out := make(map[string]string, len(p.Request))
 	for _, d := range p.Request {
 		switch d.From {
@@ -62,48 +64,44 @@ func (p *Policy) RequestDescriptors(r RequestView) map[string]string {
 				out[d.Name] = v
 			}
 		case "path":
-			out[d.Name] = d.route(r.Path)
+			route, err := d.route(r.Path)
+			if err != nil {
+				return nil, fmt.Errorf("path %.80q: %v", r.Path, err)
+			}
+			out[d.Name] = route
 		case "client_ip":
 			if ip := d.clientIP(r); ip.IsValid() {
 				out[d.Name] = ip.String()
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
-func (d *RequestDescriptor) route(p string) string {
-	path := cleanPath(p)
-	if len(d.Prefixes) == 0 {
-		return path
+// route is the descriptor of the path p: the longest of d's prefixes the
+// clean path is under, both compared in their clean forms and the prefix
+// answered as written, else "other"; with no prefixes the clean path.
+func (d *RequestDescriptor) route(p string) (string, error) {
+	path, err := CleanPath(p)
+	if err != nil || len(d.Prefixes) == 0 {
+		return path, err
 	}
-	best := ""
-	for _, p := range d.Prefixes {
-		if len(p) > len(best) && strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/' || strings.HasSuffix(p, "/")) {
-			best = p
+	best, bestLen := "", -1
+	for i, pre := range d.Prefixes {
+		c := pre
+		if i < len(d.clean) {
+			c = d.clean[i]
+		} else if cp, err := CleanPath(pre); err == nil {
+			c = cp // (a RequestDescriptor not made by Parse)
+		}
+		if len(c) > bestLen && strings.HasPrefix(path, c) && (len(path) == len(c) || path[len(c)] == '/' || strings.HasSuffix(c, "/")) {
+			best, bestLen = pre, len(c)
 		}
 	}
-	if best == "" {
-		return "other"
+	if bestLen < 0 {
+		return "other", nil
 	}
-	return best
-}
-
-// cleanPath is p as a server resolves it: "." and ".." segments resolved
-// and repeated slashes merged (path.Clean), so that "//export/" and
-// "/x/../export/" match the prefix /export as the upstream serves them.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	c := pathpkg.Clean(p)
-	if strings.HasSuffix(p, "/") && c != "/" {
-		c += "/"
-	}
-	return c
+	return best, nil
 }
 
 // clientIP is the client's address by d's trusted proxies (ClientIP).
@@ -115,7 +113,9 @@ func (d *RequestDescriptor) clientIP(r RequestView) netip.Addr {
 // X-Forwarded-For values xff: the peer, unless it is in trusted; then
 // X-Forwarded-For is read from the right, skipping trusted proxies, and
 // the first other address is the client (the last one read when all are
-// trusted; a malformed hop stops the reading at the hop before it). With
+// trusted; a malformed hop stops the reading at the hop before it). A hop
+// may carry a port ("192.0.2.1:4711", "[2001:db8::1]:4711"): it is read
+// as its address, for the client and for trusted's matching alike. With
 // no trusted proxies X-Forwarded-For is ignored: it is the client's to
 // forge. The one rule of sluice's client addresses (forward-auth,
 // httplimit.ClientIP).
@@ -134,8 +134,8 @@ func ClientIP(peer netip.Addr, xff []string, trusted []netip.Prefix) netip.Addr 
 	}
 	hops := strings.Split(strings.Join(xff, ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
+		a, ok := parseHop(hops[i])
+		if !ok {
 			break // a malformed hop: stop at the last good one
 		}
 		if client = a.Unmap(); !isTrusted(client) {
@@ -143,6 +143,28 @@ func ClientIP(peer netip.Addr, xff []string, trusted []netip.Prefix) netip.Addr 
 		}
 	}
 	return client
+}
+
+// parseHop is the address of one X-Forwarded-For hop: an address
+// ("192.0.2.1", "2001:db8::1"), an address with a port ("192.0.2.1:4711",
+// "[2001:db8::1]:4711", as some proxies write it) or a bracketed IPv6
+// address ("[2001:db8::1]"), with spaces around it; anything else
+// (including "unknown" and an IPv6 address with a port but no brackets,
+// which is another address) is not a hop.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr(), true
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // requestFrom are the sources of request_descriptors.
@@ -208,11 +230,20 @@ func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
 					continue
 				}
 				for _, e := range fv.Content {
-					if !strings.HasPrefix(e.Value, "/") {
+					clean, err := CleanPath(e.Value)
+					switch {
+					case !strings.HasPrefix(e.Value, "/"):
 						bad("prefixes: %q must start with /", e.Value)
+						ok = false
+					case err != nil:
+						bad("prefixes: %q: %v", e.Value, err)
+						ok = false
+					case strings.Contains(strings.ToUpper(e.Value), ";") || strings.Contains(strings.ToUpper(e.Value), "%3B"):
+						bad("prefixes: %q has ;parameters, which a path is matched without", e.Value)
 						ok = false
 					}
 					d.Prefixes = append(d.Prefixes, e.Value)
+					d.clean = append(d.clean, clean)
 				}
 			default:
 				bad("unknown field %q (from, name, trusted_proxies, prefixes)", fk.Value)

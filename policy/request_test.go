@@ -46,7 +46,11 @@ func TestRequestDescriptors(t *testing.T) {
 		{policy.RequestView{Method: "GET", Path: "/searching", Peer: a("::1"), ForwardedFor: []string{"127.0.0.9"}},
 			map[string]string{"client_ip": "127.0.0.9", "route": "other", "method": "GET"}},
 	} {
-		got := p.RequestDescriptors(c.view)
+		got, err := p.RequestDescriptors(c.view)
+		if err != nil {
+			t.Errorf("%+v: %v", c.view, err)
+			continue
+		}
 		if len(got) != len(c.want) {
 			t.Errorf("%+v: %v, want %v", c.view, got, c.want)
 			continue
@@ -94,4 +98,95 @@ func TestShadowIsABoolean(t *testing.T) {
 			t.Errorf("shadow: %s: %v", v, err)
 		}
 	}
+}
+
+// An X-Forwarded-For hop written with a port ("ip:port", "[v6]:port") or
+// as a bracketed IPv6 address is read as its address, for the client and
+// for matching trusted_proxies alike.
+func TestClientIPHopsWithPorts(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	peer := netip.MustParseAddr("127.0.0.1")
+	for xff, want := range map[string]string{
+		"198.51.100.7:4711":                              "198.51.100.7",
+		"[2001:db8::7]:4711":                             "2001:db8::7",
+		"[2001:db8::7]":                                  "2001:db8::7",
+		" 198.51.100.7:4711 , 127.0.0.2:80":              "198.51.100.7", // a trusted hop with a port is skipped
+		"198.51.100.7, [2001:db8:ffff::1]:443":           "198.51.100.7", // (an IPv6 one too)
+		"6.6.6.6, 198.51.100.7:1, [2001:db8:ffff::9]:80": "198.51.100.7",
+		"[::ffff:198.51.100.7]:80":                       "198.51.100.7",   // unmapped, as a bare hop is
+		"2001:db8::7:80":                                 "2001:db8::7:80", // no brackets: an address, not a port
+		"198.51.100.7:99999, 127.0.0.3":                  "127.0.0.3",      // a bad port: not a hop, the reading stops
+		"[198.51.100.7]:80, 127.0.0.3":                   "127.0.0.3",
+		"unknown:80":                                     "127.0.0.1",
+	} {
+		if got := policy.ClientIP(peer, []string{xff}, trusted); got.String() != want {
+			t.Errorf("X-Forwarded-For %q: %v, want %s", xff, got, want)
+		}
+	}
+	if got := policy.ClientIP(netip.MustParseAddr("203.0.113.1"), []string{"198.51.100.7:4711"}, trusted); got.String() != "203.0.113.1" {
+		t.Errorf("rule: an untrusted peer is the client, whatever its header says: %v", got)
+	}
+}
+
+// Whatever X-Forwarded-For says, the client is the peer or one of its
+// hops' addresses; an untrusted peer is the client; a hop's port changes
+// nothing.
+func FuzzClientIP(f *testing.F) {
+	f.Add("127.0.0.1", "198.51.100.7:4711, 127.0.0.2")
+	f.Add("127.0.0.1", "[2001:db8::7]:80,[::1]:1")
+	f.Add("::1", "unknown, 1.2.3.4")
+	f.Add("203.0.113.1", "127.0.0.9")
+	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	f.Fuzz(func(t *testing.T, peerS, xff string) {
+		peer, err := netip.ParseAddr(peerS)
+		if err != nil {
+			return
+		}
+		got := policy.ClientIP(peer, []string{xff}, trusted)
+		if !got.IsValid() {
+			t.Fatalf("%v %q: no client", peer, xff)
+		}
+		trustedPeer := false
+		for _, p := range trusted {
+			trustedPeer = trustedPeer || p.Contains(peer.Unmap())
+		}
+		if !trustedPeer && got != peer.Unmap() {
+			t.Fatalf("%v %q: an untrusted peer is the client, got %v", peer, xff, got)
+		}
+		if _, ok := anyHop(xff, got); got != peer.Unmap() && !ok {
+			t.Fatalf("%v %q: %v is neither the peer nor a hop", peer, xff, got)
+		}
+		// the same chain with a port on every hop reads alike
+		var withPorts []string
+		for _, h := range strings.Split(xff, ",") {
+			a, err := netip.ParseAddr(strings.TrimSpace(h))
+			if err != nil {
+				withPorts = nil
+				break
+			}
+			withPorts = append(withPorts, netip.AddrPortFrom(a, 80).String())
+		}
+		if withPorts != nil {
+			if g2 := policy.ClientIP(peer, withPorts, trusted); g2 != got {
+				t.Fatalf("%v %q: %v, but with ports %q: %v", peer, xff, got, withPorts, g2)
+			}
+		}
+	})
+}
+
+// anyHop reports whether one of xff's hops is the address a (written as an
+// address, with a port, or bracketed), and which.
+func anyHop(xff string, a netip.Addr) (string, bool) {
+	for _, h := range strings.Split(xff, ",") {
+		h = strings.TrimSpace(h)
+		for _, s := range []string{h, strings.Trim(h, "[]")} {
+			if b, err := netip.ParseAddr(s); err == nil && b.Unmap() == a {
+				return h, true
+			}
+		}
+		if ap, err := netip.ParseAddrPort(h); err == nil && ap.Addr().Unmap() == a {
+			return h, true
+		}
+	}
+	return "", false
 }

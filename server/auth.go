@@ -31,13 +31,17 @@ func forwardedView(r *http.Request) (policy.RequestView, error) {
 	}
 	for _, h := range []string{"X-Forwarded-Uri", "X-Original-Uri", "X-Original-Url"} {
 		if u := r.Header.Get(h); u != "" {
-			// As a request line: "//export" is a path, not a host; the
-			// escaped form is matched, so "%2F" is not a separator.
+			// As a request line: "//export" is a path, not a host. The
+			// path as sent (RawPath), for policy.CleanPath to read:
+			// EscapedPath would re-encode it from the decoded path when
+			// it holds a byte sent unescaped, losing which "/" was %2F.
 			pu, err := url.ParseRequestURI(u)
 			if err != nil {
 				return v, fmt.Errorf("%s %.80q is not a request URI", h, u)
 			}
-			v.Path = pu.EscapedPath()
+			if v.Path = pu.RawPath; v.Path == "" {
+				v.Path = pu.EscapedPath()
+			}
 			break
 		}
 	}
@@ -75,7 +79,11 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
 		return
 	}
-	desc := p.RequestDescriptors(view)
+	desc, err := p.RequestDescriptors(view)
+	if err != nil { // a path servers disagree on (policy.CleanPath)
+		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		return
+	}
 	cr := CheckRequest{Descriptors: desc}
 	if err := cr.Validate(); err != nil { // (the sizes /v1/check allows)
 		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
