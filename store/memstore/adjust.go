@@ -30,7 +30,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		shd.mu.Lock()
 		ok := s.adjust1(shd, h, a, d, wall)
 		shd.mu.Unlock()
-		if !ok && s.makeRoom(d) { // (holding no lock, as in take)
+		if !ok && s.makeRoom(d, 1) { // (holding no lock, as in take)
 			shd.mu.Lock()
 			ok = s.adjust1(shd, h, a, d, wall)
 			shd.mu.Unlock()
@@ -60,8 +60,10 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64)
 			s.keys.Add(-1)
 			return false
 		}
+		shd.lru.added()
 	}
 	adjustEntry(a, &e.entry, exists, d, wall)
+	e.used = shd.stamp(d)
 	if e.idle < shd.low {
 		shd.noteIdle(e.idle) // (a refund makes a key idle sooner)
 	}

@@ -59,3 +59,8 @@ func (s *Store) CheckIdleBounds() error {
 	}
 	return nil
 }
+
+// OnLRU makes the store call fn (holding no lock) for each key evicted
+// with state to make room for a new key, with the time of the eviction (ns
+// since the store's creation).
+func OnLRU(fn func(key string, d int64)) Option { return func(s *Store) { s.onLRU = fn } }

@@ -65,8 +65,9 @@ func take1(t *testing.T, s *memstore.Store, it store.Item) (store.Result, error)
 }
 
 // A cap of 100 admits exactly 100 distinct keys, whatever shards they
-// hash to and whatever they are (buckets, windows, lease sets), and
-// refuses the 101st with a FullError while the 100 keep working.
+// hash to and whatever they are (buckets, windows, lease sets), and (with
+// WithRefuseWhenFull; lru_test.go has the default) refuses the 101st with
+// a FullError while the 100 keep working.
 func TestCapAdmitsExactlyNWhateverTheHashes(t *testing.T) {
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 0.001}) // never idle in this test
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 10, Window: time.Hour}}
@@ -90,7 +91,7 @@ func TestCapAdmitsExactlyNWhateverTheHashes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := sluice.NewManualClock(storetest.Epoch)
-			s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(100))
+			s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(100), memstore.WithRefuseWhenFull())
 			keys := tc.keys(s)
 			for i, k := range keys[:100] {
 				if _, err := take1(t, s, store.Item{Key: k, Spec: tc.spec(i), Cost: 1}); err != nil {
@@ -124,7 +125,7 @@ func TestCapAdmitsExactlyNWhateverTheHashes(t *testing.T) {
 // manual clock), and a new key is admitted then, an idle key evicted.
 func TestFullErrorRetryAfterIsTheEarliestIdleTime(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(100))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(100), memstore.WithRefuseWhenFull())
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1}) // a token a second
 	early := "early"
 	keys := keysIn(s, s.ShardOf(early), 99, "t") // all in early's shard but one
@@ -187,7 +188,7 @@ func TestFullErrorRetryAfterIsTheEarliestIdleTime(t *testing.T) {
 // key).
 func TestLeaseSetsCountAgainstTheCap(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(3))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(3), memstore.WithRefuseWhenFull())
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1})
 	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 3 * time.Second}
 	ctx := context.Background()
@@ -244,7 +245,7 @@ func TestLeaseSetsCountAgainstTheCap(t *testing.T) {
 // silently.
 func TestAdjustReportsAChargeWithoutRoom(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1), memstore.WithRefuseWhenFull())
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1})
 	ctx := context.Background()
 	take1(t, s, store.Item{Key: "a", Spec: sp, Cost: 5})
@@ -271,7 +272,7 @@ func TestAdjustReportsAChargeWithoutRoom(t *testing.T) {
 func TestRefusalsDoNotScan(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
 	const n = 6400
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(n))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(n), memstore.WithRefuseWhenFull())
 	slow, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 0.001}) // idle after 1000 s a token
 	hot, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 10})
 	take1(t, s, store.Item{Key: "hot", Spec: hot, Cost: 1}) // idle at +100 ms
@@ -402,8 +403,17 @@ func TestCapUnderConcurrency(t *testing.T) {
 // times — the claim that a take never makes a key idle sooner, which lets
 // the hot path skip the bound — and the count stays true.
 func TestIdleBoundsHold(t *testing.T) {
+	t.Run("lru", func(t *testing.T) { idleBoundsHold(t, false) })
+	t.Run("refuse when full", func(t *testing.T) { idleBoundsHold(t, true) })
+}
+
+func idleBoundsHold(t *testing.T, refuseFull bool) {
 	c := sluice.NewManualClock(storetest.Epoch)
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(30))
+	opts := []memstore.Option{memstore.WithClock(c), memstore.WithMaxKeys(30)}
+	if refuseFull {
+		opts = append(opts, memstore.WithRefuseWhenFull())
+	}
+	s := memstore.New(opts...)
 	b1, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 2})
 	b2, _ := store.NewBucketSpec(bucket.Limit{Capacity: 50, Rate: 0.5})
 	b3, _ := store.NewBucketSpec(bucket.Limit{Capacity: 3, Rate: 7.3})
@@ -459,8 +469,9 @@ func TestIdleBoundsHold(t *testing.T) {
 			t.Fatalf("step %d: %d keys counted, %d held", step, k, h)
 		}
 	}
-	if full == 0 || s.Stats().Evictions == 0 {
-		t.Fatalf("the trace proves nothing: %d refused full, %+v", full, s.Stats())
+	_, lru := s.EvictionsByReason()
+	if refuseFull && full == 0 || !refuseFull && lru == 0 || s.Stats().Evictions == 0 {
+		t.Fatalf("the trace proves nothing: %d refused full, %d LRU evictions, %+v", full, lru, s.Stats())
 	}
-	t.Logf("%d refused full, %+v, %d scans", full, s.Stats(), s.Scans())
+	t.Logf("%d refused full, %d LRU evictions, %+v, %d scans", full, lru, s.Stats(), s.Scans())
 }

@@ -2,19 +2,41 @@
 // per shard (held only for the transitions, never across I/O), idle keys
 // evicted, and a hard cap on keys.
 //
-// Eviction changes no decision: a key is evicted only once its state equals
-// a new key's (a full token bucket, a sliding window whose counts have
-// aged out, a lease set with no live lease). A key is idle from the time
-// its state becomes a new key's: a bucket's when it is full again, a
-// window's when its counts have aged out, a lease set's when its last
-// lease expires or is released.
+// Idle eviction changes no decision: a key is evicted as idle only once
+// its state equals a new key's (a full token bucket, a sliding window
+// whose counts have aged out, a lease set with no live lease). A key is
+// idle from the time its state becomes a new key's: a bucket's when it is
+// full again, a window's when its counts have aged out, a lease set's when
+// its last lease expires or is released.
 //
 // The cap (WithMaxKeys) bounds memory against callers that invent keys. It
 // counts every key held — token buckets, windows and lease sets — over the
 // whole store, not per shard: a cap of N admits exactly N distinct keys,
 // whatever their hashes (see WithMaxKeys for the one limit of a shard).
 // A request that needs a new key while N are held first evicts idle keys,
-// from any shard; when none is idle it is refused with a *store.FullError
+// from any shard; when none is idle it evicts the least recently used
+// bucket or window of the store (LRU: a use is any request that found the
+// key, admitted or refused), one per new key it needs, so a flood of new
+// keys never locks out new keys nor keys in use. A request refused by any
+// of its items creates no key and evicts nothing, whatever the order of
+// its items (so a limit that refuses a flood, in front of per-user keys,
+// keeps it from pushing anyone out).
+//
+// An LRU eviction forgets state: the key's next request starts from a new
+// key's state. So each LRU eviction of a key lets it be admitted at most
+// what its state lacked of a new key's then: at most its capacity (a token
+// bucket's B less the tokens it held, a window's weighted count, a fixed
+// window's count, a quota's used cost), beyond it only for a bucket in
+// debt (the tokens booked ahead or charged by settling, at most r·max_wait
+// and one capacity) or a window over its limit from settling (at most one
+// limit). A token bucket (B, r) evicted k times during an interval of
+// length T is admitted at most (k+1)·B + r·T in it. Lease sets with live
+// leases are never evicted (a live slot is a running call): with every key
+// held a lease set with a live lease, a new key is refused as below.
+// EvictionsByReason counts idle and LRU evictions apart.
+//
+// With WithRefuseWhenFull the store evicts only idle keys: a request that
+// needs a new key when none is idle is refused with a *store.FullError
 // (matching store.ErrFull; fail closed: nothing is taken), whose
 // RetryAfter says when a key will be idle, and existing keys keep working.
 //
@@ -24,23 +46,29 @@
 // scanned (all its keys, evicting every idle one) only once that bound has
 // passed, and then at most once per (its keys × 100 ns, at most 1 s): so a
 // key that becomes idle less than that after its shard was last scanned
-// may wait that long before it is found.
+// may wait that long before it is found (and, at the cap, a key with
+// state be evicted in its place). An LRU eviction costs no scan but one
+// per 128 evictions from a shard (the scan ranks its 128 least recently
+// used keys).
 //
-// A refusal's FullError.RetryAfter is the time until the earliest of the
-// shards' bounds and rescan waits (64 atomic reads, no scan). No key held
-// becomes idle and evictable before it on its own — a lease released, a
-// charge refunded, or a concurrent request that counted a new key and was
-// then refused can make room sooner — so a retry any earlier is refused.
-// It is exact (a key is idle then) when the bound of the shard holding the
-// key with the earliest idle time is exact: that key was not used since
-// the shard was last scanned, or it was new then. Else it is earlier than
-// the truth, and a retry then may be refused with a later RetryAfter. A
-// lease set is idle when its last lease expires or is released, so with
-// every key a lease set held by live slots RetryAfter is the earliest such
-// expiry; a bucket in unbounded debt is never idle. RetryAfter is 0 when
-// no key held will ever be idle (or all the room is counted by requests
-// in flight), else at least 1 ns. (This assumes a clock that does not go
-// back; a WithClock clock may.)
+// A refusal's FullError.RetryAfter is, with LRU eviction, 1 ns (a retry
+// finds room at once: the refusal came from requests taking the room made
+// for this one eight times, or from a shard at MaxShardKeys, or every key
+// being a lease set with a live lease). Otherwise it is the time until the
+// earliest of the shards' bounds and rescan waits (64 atomic reads, no
+// scan). No key held becomes idle and evictable before it on its own — a
+// lease released, a charge refunded, or a concurrent request that counted
+// a new key and was then refused can make room sooner — so a retry any
+// earlier is refused. It is exact (a key is idle then) when the bound of
+// the shard holding the key with the earliest idle time is exact: that
+// key was not used since the shard was last scanned, or it was new then.
+// Else it is earlier than the truth, and a retry then may be refused with
+// a later RetryAfter. A lease set is idle when its last lease expires or
+// is released, so with every key a lease set held by live slots
+// RetryAfter is the earliest such expiry; a bucket in unbounded debt is
+// never idle. RetryAfter is 0 when no key held will ever be idle (or all
+// the room is counted by requests in flight), else at least 1 ns. (This
+// assumes a clock that does not go back; a WithClock clock may.)
 package memstore
 
 import (
@@ -79,8 +107,9 @@ const (
 )
 
 // maxAttempts is how many times a request needing a new key is decided
-// when making room for it finds other requests took the room first.
-const maxAttempts = 3
+// when making room for it finds other requests took the room first (with
+// LRU eviction, each attempt evicts the keys it needs).
+const maxAttempts = 8
 
 // Option configures New.
 type Option func(*Store)
@@ -94,8 +123,9 @@ func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 // counted together over the whole store. A cap of n admits exactly n
 // distinct keys whatever their hashes (Stats().Keys never exceeds n; keys
 // being created by requests in flight count), and a request that would
-// hold an (n+1)th is refused with a *store.FullError unless an idle key can
-// be evicted to make room. One limit applies besides: a shard holds at
+// hold an (n+1)th first evicts an idle key, else the least recently used
+// (or, WithRefuseWhenFull, is refused with a *store.FullError). One limit
+// applies besides: a shard holds at
 // most MaxShardKeys buckets and windows, so a cap above MaxShardKeys is
 // exact only while no shard (of 64, picked by a hash with a secret
 // per-store seed) would hold more. n < 1 means DefaultMaxKeys.
@@ -106,6 +136,13 @@ func WithMaxKeys(n int) Option {
 		}
 	}
 }
+
+// WithRefuseWhenFull makes the store keep every key that has state at the
+// cap: a request needing a new key when no key is idle is refused with a
+// *store.FullError, as before least-recently-used eviction (see the
+// package documentation). A flood of new keys then locks new keys out
+// until the flood's keys are idle again, which may take a window's length.
+func WithRefuseWhenFull() Option { return func(s *Store) { s.refuseFull = true } }
 
 // Store is the in-memory store. It is safe for concurrent use.
 type Store struct {
@@ -120,7 +157,13 @@ type Store struct {
 	scans     atomic.Uint64 // shards scanned by clean
 	closed    atomic.Bool
 	noEvict   bool // tests: keep every key
-	shards    [shardCount]shard
+	// refuseFull keeps keys in use at the cap (WithRefuseWhenFull): a new
+	// key finding no idle key to evict is refused, not given an LRU key's
+	// room.
+	refuseFull bool
+	lruEvicted atomic.Uint64             // of evictions, keys with state (lru.go)
+	onLRU      func(key string, d int64) // tests: each key evicted with state
+	shards     [shardCount]shard
 }
 
 type shard struct {
@@ -137,18 +180,20 @@ type shard struct {
 	// wake is max(low, calm), read without the lock: clean evicts nothing
 	// from the shard before it.
 	wake atomic.Int64
-	_    [16]byte
+	// last is the latest use stamp given in the shard (stamp), and lru its
+	// least recently used keys (lru.go).
+	last int64
+	lru  lruPool
 }
 
-// entry is a key's state: for a token bucket (tat, origin, phase), for a
-// sliding window (index, prev, curr); idle is the time (ns since t0) from
-// which the state equals a new key's.
 // entry is a key's state (its meaning is its spec's kind's: see
-// store.State) and the time (ns since t0) from which the state is new again
-// (the key is idle and can be evicted).
+// store.State), the time (ns since t0) from which the state is new again
+// (the key is idle and can be evicted), and when the key was last used (a
+// stamp: ns since t0, strictly increasing within a shard; see stamp).
 type entry struct {
 	st   store.State
 	idle int64
+	used int64
 }
 
 // New returns an empty store.
@@ -170,6 +215,7 @@ func New(opts ...Option) *Store {
 		s.shards[i].leases = map[string]*slots{}
 		s.shards[i].low, s.shards[i].calm = math.MaxInt64, math.MinInt64
 		s.shards[i].wake.Store(math.MaxInt64)
+		s.shards[i].lru.head.Store(math.MaxInt64)
 	}
 	return s
 }
@@ -207,8 +253,8 @@ func shardOf(h uint64) int { return int(h & (shardCount - 1)) }
 func (s *Store) shardOf(key string) int { return shardOf(s.hash(key)) }
 
 // Take implements store.Store. A request needing a new key while the store
-// holds its cap is refused with a *store.FullError unless idle keys can be
-// evicted to make room (see the package documentation).
+// holds its cap makes room by evicting idle keys, else least recently used
+// ones (see the package documentation).
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
 	return s.take(items, false, 1)
 }
@@ -248,7 +294,7 @@ func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Resu
 		}
 		shd.mu.Unlock()
 		if err == errNoRoom {
-			return s.retry(items, borrowed, attempt, noRoom{keys: s.keys.Load()}, d)
+			return s.retry(items, borrowed, attempt, noRoom{keys: s.keys.Load(), need: 1}, d)
 		}
 		return res, err
 	}
@@ -288,6 +334,7 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 		s.shards[x].mu.Lock()
 	}
 	res := store.Result{Allowed: true}
+	short := -1 // the first item whose new key found no room
 	for i := range items {
 		it := &items[i]
 		shd := &s.shards[m.itemShard[i]]
@@ -310,13 +357,19 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 			res.Allowed = false
 		}
 		// A new key needs room, unless the request is refused anyway
-		// (then it creates nothing) or the item only peeks.
-		if isNew && res.Allowed && it.Cost > 0 && !s.roomFor(&m.rm, items[:i+1], m.ents, m.itemShard, m.locked, d) {
-			nr := noRoom{item: i, keys: s.keys.Load()}
-			s.keys.Add(-int64(m.rm.held))
-			s.unlock(m.locked)
-			return s.retry(items, borrowed, attempt, nr, d)
+		// (then it creates nothing) or the item only peeks. Without room
+		// the other items are still decided: a request one of them
+		// refuses is refused, and makes no room (evicts nothing).
+		if short < 0 && isNew && res.Allowed && it.Cost > 0 && !s.roomFor(&m.rm, items[:i+1], m.ents, m.itemShard, m.locked, d) {
+			short = i
 		}
+	}
+	if short >= 0 && res.Allowed {
+		need, _ := s.keysNeeded(items, m.ents, m.itemShard)
+		nr := noRoom{item: short, keys: s.keys.Load(), need: max(need, 1)} // (what it counted is given back)
+		s.keys.Add(-int64(m.rm.held))
+		s.unlock(m.locked)
+		return s.retry(items, borrowed, attempt, nr, d)
 	}
 	if !res.Allowed {
 		s.refuseMany(items, &m, borrowed, d, wall)
@@ -337,6 +390,9 @@ func (s *Store) refuseMany(items []store.Item, m *many, borrowed bool, d, wall i
 			// Its state as it is; it alone would admit (or book).
 			it.Decision = s.peek(&s.shards[m.itemShard[i]], *it, m.ents[i], d, wall)
 			it.Decision.Allowed, it.Decision.RetryAfter = true, 0
+		}
+		if e := m.ents[i]; e != nil && e.key == items[i].Key {
+			e.used = s.shards[m.itemShard[i]].stamp(d)
 		}
 		if borrowed {
 			ownKey(&items[i], m.ents[i]) // (nil for Concurrency items)
@@ -372,7 +428,11 @@ func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borro
 			if e = s.insert(shd, m.hashes[i], it.Key, m.next[i], borrowed); e != nil {
 				m.rm.held--
 				shd.noteIdle(m.next[i].idle)
+				shd.lru.added()
 			}
+		}
+		if e != nil {
+			e.used = shd.stamp(d)
 		}
 		if borrowed {
 			ownKey(it, e)
@@ -393,13 +453,14 @@ func (s *Store) unlock(locked []int) {
 	}
 }
 
-// retry makes room for a request whose new key (item nr.item) found none
-// at time d, in every shard, holding no lock but the one being cleaned
-// (so that it cannot deadlock with take's ordered locking), and decides
-// the request again (nothing was taken); a FullError when there is still
-// no room or this was the last attempt.
+// retry makes room for a request whose new keys (the first, item nr.item)
+// found none at time d, in every shard, holding no lock but the one being
+// cleaned (so that it cannot deadlock with take's ordered locking): idle
+// keys first, else (unless WithRefuseWhenFull) the least recently used
+// (makeRoom). It then decides the request again (nothing was taken); a
+// FullError when there is still no room or this was the last attempt.
 func (s *Store) retry(items []store.Item, borrowed bool, attempt int, nr noRoom, d int64) (store.Result, error) {
-	if attempt >= maxAttempts || !s.makeRoom(d) {
+	if attempt >= maxAttempts || !s.makeRoom(d, nr.need) {
 		if borrowed {
 			ownKeys(items)
 		}
@@ -446,6 +507,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 			e.entry = next // (a take makes no key idle sooner: see noteIdle)
 		} else if e = s.insert(shd, h, it.Key, next, borrowed); e != nil {
 			shd.noteIdle(next.idle)
+			shd.lru.added()
 		} else {
 			s.keys.Add(-1) // (room1 checked the table has room)
 		}
@@ -453,6 +515,9 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		e.entry = next // a peek brings the state forward (as Take with several items does)
 	} else if e == nil && it.Cost > 0 {
 		s.keys.Add(-1) // refused: the new key room1 counted is not created
+	}
+	if e != nil {
+		e.used = shd.stamp(d) // (a refusal is a use too: the key's state says something)
 	}
 	if borrowed {
 		ownKey(it, e)

@@ -111,10 +111,12 @@ func TestEvictionChangesNoDecision(t *testing.T) {
 	t.Logf("evictions %d, keys now %d", st.Evictions, st.Keys)
 }
 
-// The cap holds whatever keys callers invent, and existing keys keep working.
+// The cap holds whatever keys callers invent, and existing keys keep working
+// (with WithRefuseWhenFull, new ones are refused; by default each evicts
+// the least recently used key: lru_test.go).
 func TestKeyCapBoundsMemory(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(6400))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(6400), memstore.WithRefuseWhenFull())
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 0.001}) // never idle in this test
 	var full int
 	for i := range 20000 {
@@ -199,7 +201,7 @@ func TestRoomMadeKeepsTheRequestsOwnTake(t *testing.T) {
 // rather than overflow for deeper states.)
 func TestDebtIsNotEvicted(t *testing.T) {
 	c := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(64))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(64), memstore.WithRefuseWhenFull()) // (lru_test.go: an LRU eviction of debt)
 	sp, err := store.NewBucketSpec(bucket.Limit{Capacity: 1, Rate: 1e-3})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ var errNoRoom = errors.New("memstore: no room")
 type noRoom struct {
 	item int
 	keys int64
+	need int // the new keys the request still needs room for
 }
 
 // room is a request's account of the keys it counts against the cap.
@@ -153,7 +154,24 @@ func (s *Store) fullError(key string, keys, d int64) error {
 	if w != math.MaxInt64 && !s.noEvict {
 		after = time.Duration(max(w-d, 1))
 	}
+	if !s.noEvict && !s.refuseFull && s.holdsTableKeys() {
+		// A least recently used key can make room at once: the request
+		// lost the room made for it to others, or its shard's table is at
+		// its limit.
+		after = 1
+	}
 	return &store.FullError{Keys: keys, Cap: s.maxKeys, Key: strings.Clone(key), RetryAfter: after}
+}
+
+// holdsTableKeys reports whether any shard holds a bucket or window (one
+// evictLRU can evict), by the pools' heads.
+func (s *Store) holdsTableKeys() bool {
+	for i := range s.shards {
+		if s.shards[i].lru.head.Load() != math.MaxInt64 {
+			return true
+		}
+	}
+	return false
 }
 
 // idleGrace is how long a key stays idle before a routine sweep evicts it:
@@ -171,12 +189,28 @@ func (s *Store) sweep(shd *shard, d int64) {
 	s.evict(shd, d-idleGrace, 16)
 }
 
-// makeRoom cleans every shard that may hold a key idle at d, locking one
-// shard at a time and called holding none (so it cannot deadlock with
-// take's ordered locking, nor make it wait long); it reports whether the
-// cap has room for a new key now. A shard whose wake time is after d holds
-// no evictable key and costs one atomic read.
-func (s *Store) makeRoom(d int64) bool {
+// makeRoom makes room for need new keys at time d: it cleans every shard
+// that may hold a key idle at d, then, unless WithRefuseWhenFull, evicts
+// least recently used keys (evictLRU) until need fit. It locks one shard
+// at a time and is called holding none (so it cannot deadlock with take's
+// ordered locking, nor make it wait long); it reports whether the cap has
+// room for a new key now. A shard whose wake time is after d holds no
+// idle key and costs one atomic read.
+func (s *Store) makeRoom(d int64, need int) bool {
+	if s.cleanAll(d) >= int64(need) || s.refuseFull || s.noEvict {
+		return s.keys.Load() < s.maxKeys
+	}
+	for range need {
+		if s.keys.Load()+int64(need) <= s.maxKeys || !s.evictLRU(d) {
+			break
+		}
+	}
+	return s.keys.Load() < s.maxKeys
+}
+
+// cleanAll cleans every shard that may hold a key idle at d (see makeRoom)
+// and returns the room the cap has then.
+func (s *Store) cleanAll(d int64) int64 {
 	for i := range s.shards {
 		shd := &s.shards[i]
 		if d < shd.wake.Load() {
@@ -189,7 +223,7 @@ func (s *Store) makeRoom(d int64) bool {
 			s.keys.Add(-int64(n))
 		}
 	}
-	return s.keys.Load() < s.maxKeys
+	return s.maxKeys - s.keys.Load()
 }
 
 // clean evicts every key of locked shard shd idle at d, when one may be
