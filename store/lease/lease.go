@@ -6,16 +6,22 @@
 // Bounds (docs/behaviour.md section 5.3):
 //
 //   - Never over-admits: every token spent locally was first taken from
-//     the shared bucket, so all instances together admit at most what the
-//     shared bucket allows (B + r*t).
+//     the shared bucket, and is spent only while the shared bucket could
+//     not yet have refilled past it (tokens.go), so all instances together
+//     admit at most what the shared bucket allows: B + r*Δt in every
+//     window Δt, counting each decision at the instant it was made (the
+//     store's for a round trip). Returned tokens are the one exception:
+//     a window may admit as many more as leases returned in the B/r
+//     before it (none when --lease-ttl >= B/r: the tokens are spent or
+//     gone by then).
 //   - Under-admission is bounded: tokens leased but not yet spent are
 //     stranded (other instances cannot use them) — at most one lease per
 //     key per instance, each at most MaxFraction of the bucket's capacity
 //     and sized to about Target of the key's observed local rate, and only
-//     until the lease TTL: then (or when the key goes idle, or on Close)
-//     the unspent tokens are returned to the shared bucket exactly (if it
-//     has not refilled meanwhile, when returning them would change
-//     nothing).
+//     until the lease TTL, and each only until the shared bucket could
+//     have refilled past it (then it is forfeit: the shared bucket counts
+//     it spent); at the TTL (or on Close) the unspent tokens still
+//     spendable are returned to the shared bucket exactly.
 //   - A cold key (observed rate * Target < 1 token) takes no batch: each
 //     request is one round trip, exactly as without leasing.
 //
@@ -76,7 +82,7 @@ type Store struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	pendMu    sync.Mutex
-	pend      []store.Adjustment // expired leases to return
+	pend      []ret // expired leases to return
 }
 
 type shard struct {
@@ -86,15 +92,19 @@ type shard struct {
 
 // entry is one key's local lease.
 type entry struct {
-	spec         *store.Spec
-	tokens       int64           // leased, unspent
-	expires      int64           // local ns: tokens usable until then
-	refundBefore int64           // shared store's horizon for returning them
-	remote       sluice.Decision // the shared bucket at the last round trip
-	known        bool            // remote is set
-	blockedUntil int64           // local ns: the shared bucket refused blockedCost until then
-	blockedCost  int64
-	flight       chan struct{} // a fetch for this key in progress (closed when done), or nil
+	spec   *store.Spec
+	tokens int64 // leased, unspent (pruned to the spendable ones at each look)
+	// The tokens' slots (tokens.go): token k from the top is spendable
+	// until end - k*tau (local ns); endStore is end on the shared store's
+	// clock (for returns).
+	end, endStore, tau int64
+	expires            int64           // local ns: tokens usable until then
+	refundBefore       int64           // the last fetch's RefundBefore (of the decisions spent from the lease)
+	remote             sluice.Decision // the shared bucket at the last round trip
+	known              bool            // remote is set
+	blockedUntil       int64           // local ns: the shared bucket refused blockedCost until then
+	blockedCost        int64
+	flight             chan struct{} // a fetch for this key in progress (closed when done), or nil
 	// observed local rate: tokens spent per second, updated per window
 	rate     float64
 	winStart int64
@@ -170,6 +180,12 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	slices.Sort(locked)
 	locked = slices.Compact(locked) // each shard once, in order
 	ents := make([]*entry, len(items))
+	// got holds, per item, what fetches took for this request's own cost
+	// (the bottom of their batches, decided by the shared store when it
+	// took them); the leases hold only the rest. A request that ends up
+	// decided otherwise (directly on the shared store, or refused by
+	// another item) forfeits it: at most its cost.
+	var got []int64
 	for attempt := 0; ; attempt++ {
 		s.lock(locked)
 		now := s.now()
@@ -192,7 +208,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 				items[i].Wait = 0
 			}
 		}
-		pl := s.plan(items, ents, now)
+		pl := s.plan(items, ents, got, now)
 		if pl.refuse >= 0 {
 			// The shared bucket said it cannot have this much before
 			// then: refuse without a round trip (never over-admits).
@@ -211,7 +227,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			}
 			continue
 		case len(need) == 0:
-			s.spendLocked(items, ents, now)
+			s.spendLocked(items, ents, got, now)
 			s.unlock(locked)
 			return store.Result{Allowed: true}, nil
 		case cold && len(need) == len(items) || attempt >= 2:
@@ -225,7 +241,10 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			ents[i].flight = f
 		}
 		s.unlock(locked)
-		ok, err := s.fetch(ctx, need, needAt, deficits, items, ents, locked, now, f)
+		if got == nil {
+			got = make([]int64, len(items))
+		}
+		ok, err := s.fetch(ctx, need, needAt, deficits, items, ents, got, locked, now, f)
 		if err != nil || !ok {
 			return store.Result{}, err
 		}
@@ -246,12 +265,16 @@ type plan struct {
 	refuse   int
 }
 
-// plan makes the request's plan at now (its shards locked).
-func (s *Store) plan(items []store.Item, ents []*entry, now int64) plan {
+// plan makes the request's plan at now (its shards locked), got being
+// what fetches took for it already (nil: nothing).
+func (s *Store) plan(items []store.Item, ents []*entry, got []int64, now int64) plan {
 	pl := plan{cold: true, refuse: -1}
 	for i, it := range items {
 		e := ents[i]
 		deficit := it.Cost - e.tokens
+		if got != nil {
+			deficit -= got[i]
+		}
 		if deficit <= 0 {
 			continue
 		}
@@ -299,21 +322,35 @@ func (s *Store) entryLocked(x int, it store.Item, now int64) *entry {
 		if e != nil {
 			s.expireLocked(it.Key, e) // the limit changed: its lease is for the old one
 		}
-		e = &entry{spec: it.Spec, winStart: now}
+		e = &entry{spec: it.Spec, winStart: now, tau: tokenNanos(it.Spec)}
 		m[it.Key] = e
 	}
 	if e.expires <= now && e.tokens > 0 {
 		s.expireLocked(it.Key, e)
 	}
+	s.pruneLocked(e, now)
 	return e
 }
 
-// spendLocked takes every item's cost from its lease (each has enough).
-func (s *Store) spendLocked(items []store.Item, ents []*entry, now int64) {
+// pruneLocked forfeits e's tokens that are no longer spendable at now.
+func (s *Store) pruneLocked(e *entry, now int64) {
+	if d := e.tokens - e.spendable(now); d > 0 {
+		e.tokens -= d
+		s.leased.Add(-d)
+	}
+}
+
+// spendLocked takes every item's cost from what fetches took for it (got,
+// nil: nothing) and its lease (each has enough).
+func (s *Store) spendLocked(items []store.Item, ents []*entry, got []int64, now int64) {
 	for i := range items {
 		e, cost := ents[i], items[i].Cost
-		e.tokens -= cost
-		s.leased.Add(-cost)
+		local := cost
+		if got != nil {
+			local -= got[i]
+		}
+		e.tokens -= local
+		s.leased.Add(-local)
 		s.observe(e, cost, now)
 		items[i].Decision = sluice.Decision{Allowed: true, Remaining: e.tokens + e.remote.Remaining, ResetAfter: e.remote.ResetAfter}
 		items[i].RefundBefore = e.refundBefore
@@ -384,7 +421,7 @@ func (s *Store) batch(e *entry, now int64) int64 {
 // reports whether the request may go on (false: refused, the items hold
 // the refusal).
 func (s *Store) fetch(ctx context.Context, need []store.Item, needAt []int, deficits []int64, items []store.Item, ents []*entry,
-	locked []int, now int64, f chan struct{}) (bool, error) {
+	got []int64, locked []int, now int64, f chan struct{}) (bool, error) {
 	s.trips.Add(1)
 	r, err := s.inner.Take(ctx, need)
 	if err == nil && !r.Allowed {
@@ -427,10 +464,19 @@ func (s *Store) fetch(ctx context.Context, need []store.Item, needAt []int, defi
 		}
 		return false, nil
 	}
+	at := s.now()
 	for j, i := range needAt {
 		e := ents[i]
-		e.tokens += need[j].Cost
-		s.leased.Add(need[j].Cost)
+		// The deficit is this request's (decided by the shared store);
+		// the lease takes the batch's top, spendable until the slots
+		// end: now (before the round trip) plus the time until the
+		// shared bucket is full again (tokens.go).
+		got[i] += deficits[j]
+		extra := need[j].Cost - deficits[j]
+		s.pruneLocked(e, at)
+		end := addSat(now, int64(need[j].Decision.ResetAfter)) - 1
+		e.addBatch(extra, end, max(need[j].RefundBefore, 1)-1)
+		s.leased.Add(extra)
 		e.remote, e.known = need[j].Decision, true
 		e.blockedUntil = 0
 		e.refundBefore = need[j].RefundBefore
@@ -450,7 +496,7 @@ func (s *Store) expireLocked(key string, e *entry) {
 	}
 	s.leased.Add(-e.tokens)
 	s.pendMu.Lock()
-	s.pend = append(s.pend, store.Adjustment{Key: key, Spec: e.spec, Delta: -e.tokens, RefundBefore: e.refundBefore})
+	s.pend = append(s.pend, e.ret(key))
 	s.pendMu.Unlock()
 	e.tokens = 0
 }
@@ -475,15 +521,16 @@ func (s *Store) janitor() {
 func (s *Store) sweep(all bool) {
 	now := s.now()
 	s.pendMu.Lock()
-	adj := s.pend
+	rets := s.pend
 	s.pend = nil
 	s.pendMu.Unlock()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.m {
+			s.pruneLocked(e, now)
 			if e.tokens > 0 && (all || e.expires <= now) {
-				adj = append(adj, store.Adjustment{Key: k, Spec: e.spec, Delta: -e.tokens, RefundBefore: e.refundBefore})
+				rets = append(rets, e.ret(k))
 				s.leased.Add(-e.tokens)
 				e.tokens = 0
 			}
@@ -492,6 +539,12 @@ func (s *Store) sweep(all bool) {
 			}
 		}
 		sh.mu.Unlock()
+	}
+	var adj []store.Adjustment
+	for _, r := range rets {
+		if a, ok := r.adjustment(now); ok {
+			adj = append(adj, a)
+		}
 	}
 	if len(adj) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
