@@ -68,6 +68,11 @@ type Request struct {
 	// Receipt asks for Result.Receipt (what was taken, for Settle); it
 	// costs an allocation, so it is off unless asked for.
 	Receipt bool
+	// RefuseUnmatched makes a check that no limit applies to fail with a
+	// *NoLimitError (matching ErrNoLimitApplies), taking nothing, unless
+	// the policy says allow_unmatched: true; without it such a check is
+	// admitted with no limits (as forward-auth and the Envoy mode do).
+	RefuseUnmatched bool
 }
 
 // LimitStatus is one applicable limit's part of a decision.
@@ -573,6 +578,9 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
 		limits = append(limits, c.status[i])
 		limits[len(limits)-1].TokenCost = shown
+	}
+	if len(items) == 0 && req.RefuseUnmatched && !c.p.AllowUnmatched {
+		return noLimitApplies(c.p, req.Descriptors)
 	}
 	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
 	if named < len(req.Costs) {

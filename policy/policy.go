@@ -15,6 +15,7 @@
 //	    capacity: 60
 //	    refill_per_second: 1
 //	    shadow: true                 # optional: evaluated and counted, never refuses (a dry run; not for max_in_flight)
+//	    new_key_gate: global         # optional: a new key of this limit only for requests that limit admits
 //	  - name: user_daily
 //	    key: "user:{user}"
 //	    algorithm: sliding_window    # token_bucket (default) | sliding_window | fixed_window
@@ -29,6 +30,7 @@
 //	  - when: {route: "/export"}
 //	    cost: 20
 //	redact: [api_key, user]          # optional: these values show only as a hash in logs and key listings
+//	allow_unmatched: false           # optional: true admits a /v1/check no limit applies to (default: 422 no_limit_applies)
 //
 // A limit with max_in_flight is a concurrency limit (algorithm may be
 // omitted or be "concurrency"). A limit applies to a request when every
@@ -110,12 +112,22 @@ type Limit struct {
 	// and no other limit's all-or-nothing decision depends on it).
 	Shadow bool
 
+	// NewKeyGate (new_key_gate) names the limit a request must pass before
+	// this limit creates a key for it: a tenant's or an IP's limit in front
+	// of per-user keys. The gate applies to every request this limit
+	// applies to (Parse checks it), and a store creates keys only for
+	// requests every limit admits, so this limit's keys are created no
+	// faster than the gate admits (a flood the gate refuses creates none,
+	// and evicts none at a store's key cap). Empty: no gate.
+	NewKeyGate string
+
 	// Line is where the limit starts in the file.
 	Line int
 
 	params []keyPart
 	placeh []string
 	tag    []keyPart
+	gate   gatePos
 }
 
 // Capacity is the largest cost one request can have under l: the bucket's
@@ -176,6 +188,12 @@ type Policy struct {
 	// Request says how descriptors are read from an HTTP request
 	// (request_descriptors; forward-auth's /v1/auth), in file order.
 	Request []RequestDescriptor
+	// AllowUnmatched (allow_unmatched: true) admits a /v1/check whose
+	// descriptors no limit applies to, as 200 with no limits; false (the
+	// default) answers it 422 no_limit_applies, so that a misspelt
+	// descriptor is not admitted unlimited. Forward-auth and the Envoy
+	// mode admit such requests whatever it says.
+	AllowUnmatched bool
 	// Version is a hash of the file's content (sha256, first 16 hex digits).
 	Version string
 	// Source is the file's text.

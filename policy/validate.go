@@ -56,7 +56,7 @@ func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 }
 
 // topFields are the fields of the top-level mapping.
-var topFields = []string{"limits", "costs", "redact", "request_descriptors"}
+var topFields = []string{"limits", "costs", "redact", "request_descriptors", "allow_unmatched"}
 
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
@@ -75,6 +75,12 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 			p.Redact, redact = v.redact(f.val), f.val
 		case "request_descriptors":
 			request = f.val
+		case "allow_unmatched":
+			if f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!bool" {
+				p.AllowUnmatched = strings.EqualFold(f.val.Value, "true")
+			} else {
+				v.at(f.val, "", "allow_unmatched", fmt.Sprintf("%q is not true or false", f.val.Value))
+			}
 		default:
 			v.at(f.key, "", f.key.Value, "unknown field"+suggestOrList(f.key.Value, topFields))
 		}
@@ -89,6 +95,7 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 		v.checkRedact(redact, p)
 	}
 	v.checkCosts(p)
+	v.checkGates(p)
 }
 
 func (v *validator) limits(n *yaml.Node, p *Policy) {
@@ -333,6 +340,7 @@ func (f *limitFields) common(l *Limit) {
 		l.Key, l.params, l.placeh = key, parts, ph
 	}
 	f.hashTag(l)
+	f.newKeyGate(l)
 	if w := f.fields["when"]; w != nil {
 		l.When = f.v.stringMap(w, f.name, "when", true)
 	}

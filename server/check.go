@@ -168,7 +168,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 // decide runs a validated check and writes the answer; it returns the
 // answer when it is a decision (kept for request_id retries), nil for errors.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckRequest) *reply {
-	lr := limiter.Request{Descriptors: req.Descriptors, Costs: req.Costs, Retry: req.Retry, Receipt: true}
+	lr := limiter.Request{Descriptors: req.Descriptors, Costs: req.Costs, Retry: req.Retry, Receipt: true, RefuseUnmatched: true}
 	if req.Cost != nil {
 		if *req.Cost == 0 {
 			lr.Peek = true

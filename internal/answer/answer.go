@@ -184,6 +184,8 @@ func Classify(err error) Problem {
 	var fe *store.FullError
 	var ue *limiter.UnknownLimitError
 	switch {
+	case errors.Is(err, limiter.ErrNoLimitApplies):
+		return Problem{Status: http.StatusUnprocessableEntity, Code: "no_limit_applies", GRPC: GRPCInvalidArgument, Msg: plain(err)}
 	case errors.As(err, &ue):
 		return Problem{Status: http.StatusBadRequest, Code: "unknown_limit", GRPC: GRPCInvalidArgument, Msg: plain(err), Limit: ue.Name}
 	case errors.As(err, &ce):

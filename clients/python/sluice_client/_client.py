@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, TypeVar, Union
 
-from ._errors import BadRequest, CostExceedsCapacity, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
+from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import Headers, parse_provider_limits, retry_hint
 
 __all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket"]
@@ -122,6 +122,8 @@ def _error(status: int, body: Mapping[str, Any], raw: str) -> SluiceError:
         return RateLimited(msg, retry_after=int(body.get("retry_after_ms", 0) or 0) / 1000, status=status, code=code or "rate_limited")
     if code == "cost_exceeds_capacity":
         return CostExceedsCapacity(msg, limit=body.get("limit"), status=status, code=code)
+    if code == "no_limit_applies":
+        return NoLimitApplies(msg, status=status, code=code)
     if status == 503:
         ra = body.get("retry_after_ms")
         return ServiceUnavailable(msg, status=status, code=code, retry_after=None if ra is None else int(ra) / 1000)

@@ -9,6 +9,7 @@ __all__ = [
     "RateLimited",
     "CostExceedsCapacity",
     "BadRequest",
+    "NoLimitApplies",
     "Unauthorized",
     "ServiceUnavailable",
 ]
@@ -50,6 +51,13 @@ class BadRequest(SluiceError):
     """The service refused the request as malformed or inapplicable (HTTP
     400, 404, 409, 422): ``code`` says why (``bad_request``, ``unknown_limit``,
     ``unknown_lease``, ``already_settled``, ...)."""
+
+
+class NoLimitApplies(BadRequest):
+    """No limit of the service's policy applies to the descriptors (HTTP 422
+    ``no_limit_applies``): most likely a misspelt descriptor name; the
+    message names the descriptors each limit needs. Nothing was charged.
+    A policy with ``allow_unmatched: true`` admits such checks instead."""
 
 
 class Unauthorized(SluiceError):

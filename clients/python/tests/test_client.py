@@ -10,7 +10,7 @@ import threading
 import time
 import unittest
 
-from sluice_client import (AsyncClient, BadRequest, Client, CostExceedsCapacity, RateLimited, ServiceUnavailable,
+from sluice_client import (AsyncClient, BadRequest, Client, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable,
                            SluiceError, Unauthorized)
 
 from ._serve import Serve
@@ -196,6 +196,11 @@ class Errors(unittest.TestCase):
         with self.assertRaises(BadRequest) as e:
             c.check(key(), costs={"nope": 1})
         self.assertEqual(e.exception.code, "unknown_limit")
+        with self.assertRaises(NoLimitApplies) as e:  # a misspelt descriptor: no limit applies
+            c.check({"api_kee": "k1"})
+        self.assertEqual((e.exception.status, e.exception.code), (422, "no_limit_applies"))
+        self.assertIn("did you mean api_key?", e.exception.message)
+        self.assertIsInstance(e.exception, BadRequest)
         with self.assertRaises(BadRequest) as e:
             c.settle("no-such-lease", actual_cost=1)
         self.assertEqual((e.exception.status, e.exception.code), (404, "unknown_lease"))

@@ -33,6 +33,9 @@ export class CostExceedsCapacityError extends SluiceError {
 /** The service refused the request as malformed or inapplicable (HTTP 400, 404, 409, 422): `code` says why (`bad_request`, `unknown_limit`, `unknown_lease`, `already_settled`, ...). */
 export class BadRequestError extends SluiceError {}
 
+/** No limit of the service's policy applies to the descriptors (HTTP 422 `no_limit_applies`): most likely a misspelt descriptor name; the message names the descriptors each limit needs. Nothing was charged. A policy with `allow_unmatched: true` admits such checks instead. */
+export class NoLimitAppliesError extends BadRequestError {}
+
 /** The service wants a (valid) bearer token (HTTP 401). */
 export class UnauthorizedError extends SluiceError {}
 

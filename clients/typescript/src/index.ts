@@ -9,7 +9,7 @@
  */
 
 import {
-  BadRequestError, CostExceedsCapacityError, RateLimitedError, ServiceUnavailableError, SluiceError, UnauthorizedError,
+  BadRequestError, CostExceedsCapacityError, NoLimitAppliesError, RateLimitedError, ServiceUnavailableError, SluiceError, UnauthorizedError,
 } from "./errors.js";
 import { parseProviderLimits, retryHint, type HeadersLike } from "./headers.js";
 
@@ -137,6 +137,7 @@ function errorOf(status: number, body: any, raw: string): SluiceError {
   if (status === 401) return new UnauthorizedError(msg, { status, code });
   if (status === 429) return new RateLimitedError(msg, Number(body?.retry_after_ms ?? 0) / 1000, { status, code });
   if (code === "cost_exceeds_capacity") return new CostExceedsCapacityError(msg, body?.limit, { status, code });
+  if (code === "no_limit_applies") return new NoLimitAppliesError(msg, { status, code });
   if (status === 503) return new ServiceUnavailableError(msg, { status, code, retryAfter: body?.retry_after_ms === undefined ? undefined : Number(body.retry_after_ms) / 1000 });
   if (status >= 400 && status < 500) return new BadRequestError(msg, { status, code });
   return new SluiceError(msg, { status, code });

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
-  Client, RateLimitedError, CostExceedsCapacityError, BadRequestError, UnauthorizedError, ServiceUnavailableError, SluiceError,
+  Client, RateLimitedError, CostExceedsCapacityError, BadRequestError, NoLimitAppliesError, UnauthorizedError, ServiceUnavailableError, SluiceError,
 } from "../dist/index.js";
 import { serve, tempFile } from "../support/serve.mjs";
 
@@ -121,6 +121,8 @@ test("pause and reportResponse are seen by another client", async () => {
 test("every error code mapped", async () => {
   await assert.rejects(c.check({ descriptors: key(), costs: { tpm: 5000 } }), (e) => e instanceof CostExceedsCapacityError && e.limit === "tpm");
   await assert.rejects(c.check({ descriptors: key(), costs: { nope: 1 } }), (e) => e instanceof BadRequestError && e.code === "unknown_limit");
+  await assert.rejects(c.check({ descriptors: { api_kee: "k1" } }), (e) => e instanceof NoLimitAppliesError && e instanceof BadRequestError &&
+    e.status === 422 && e.code === "no_limit_applies" && e.message.includes("did you mean api_key?"));
   await assert.rejects(c.settle("no-such-lease", { actualCost: 1 }), (e) => e instanceof BadRequestError && e.status === 404 && e.code === "unknown_lease");
   await assert.rejects(c.pause({ descriptors: { tool: "t" }, retryAfter: 1, limits: ["calls"] }), (e) => e instanceof BadRequestError && e.code === "bad_request");
   await assert.rejects(new Client({ url: secured.url }).check({ descriptors: key() }), UnauthorizedError);
