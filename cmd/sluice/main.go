@@ -15,6 +15,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -107,17 +108,67 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 			code = int(n)
 		}
 	}()
-	ctx, err := parser.Parse(args)
+	ctx, err := parser.Parse(joinNegativeValues(parser.Model, args))
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice:", err)
 		return 2
 	}
 	if err := ctx.Run(&env{stdout: stdout, stderr: stderr, stdin: stdin}); err != nil {
 		fmt.Fprintln(stderr, "sluice:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
 		return 1
 	}
 	return 0
 }
+
+// joinNegativeValues writes "--flag -1s" as "--flag=-1s" for every flag
+// that takes a value (not a bool or a counter) when the next argument is
+// a negative number or duration ("-" and a digit or "."): kong would read
+// "-1s" as short flags and answer "expected duration value but got "-1s"
+// (short flag)"; joined, the value reaches the flag's own range check, in
+// either form. Arguments after "--" are left alone.
+func joinNegativeValues(app *kong.Application, args []string) []string {
+	takes := map[string]bool{}
+	kong.Visit(app, func(n kong.Visitable, next kong.Next) error {
+		if f, ok := n.(*kong.Flag); ok && !f.IsBool() && !f.IsCounter() {
+			takes["--"+f.Name] = true
+			for _, a := range f.Aliases {
+				takes["--"+a] = true
+			}
+		}
+		return next(nil)
+	})
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if takes[a] && i+1 < len(args) && negative(args[i+1]) {
+			out = append(out, a+"="+args[i+1])
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// negative reports whether s reads as a negative number or duration: "-"
+// then a digit or ".".
+func negative(s string) bool {
+	return len(s) > 1 && s[0] == '-' && (s[1] >= '0' && s[1] <= '9' || s[1] == '.')
+}
+
+// usageError is an error of a command's Run that is a usage error, exit
+// status 2 like kong's: settings that cannot work, found before anything
+// starts (serve's --store settings, a Redis refusing them).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 type versionCmd struct{}
 
