@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -29,59 +30,40 @@ type Named struct {
 	Report *Report
 }
 
-// Bin is the width of the rate series, in seconds: rates are counts per bin
+// Bin is the width of Rates' bins, in seconds: rates are counts per bin
 // divided by Bin, so a burst shows as a spike and not as a flat second.
+// (Plot chooses its bins from the trace's span: see MaxPlotBins.)
 const Bin = 0.1
 
-// binNS is Bin in nanoseconds, and binsPerSecond 1/Bin: bins are computed
-// on whole nanoseconds, so a time on a boundary (0.3 s) falls in the bin it
-// starts, which 0.3/0.1 = 2.9999999999999996 in floating point would not.
-const (
-	binNS         = 100_000_000
-	binsPerSecond = 10
-)
-
-// bin is the index of the Bin holding time t (seconds, >= 0; recorded
-// times are whole nanoseconds).
-func bin(t float64) int { return int(int64(math.Round(t*1e9)) / binNS) }
+// binNS is Bin in nanoseconds: bins are computed on whole nanoseconds, so
+// a time on a boundary (0.3 s) falls in the bin it starts, which 0.3/0.1 =
+// 2.9999999999999996 in floating point would not.
+const binNS = 100_000_000
 
 // Rates returns offered and admitted requests per second, in Bin-wide bins:
 // bin i counts the times t with i*Bin <= t < (i+1)*Bin exactly (times taken
 // as whole nanoseconds).
 func Rates(r *Report) (offered, admitted plotter.XYs) {
-	end := 0
-	for _, o := range r.Outcomes {
-		end = max(end, bin(o.T))
-		if o.AdmittedAt != nil {
-			end = max(end, bin(*o.AdmittedAt))
-		}
-	}
-	n := end + 1
-	off, adm := make([]int, n), make([]int, n)
-	for _, o := range r.Outcomes {
-		off[bin(o.T)]++
-		if o.AdmittedAt != nil {
-			adm[bin(*o.AdmittedAt)]++
-		}
-	}
-	offered, admitted = make(plotter.XYs, n), make(plotter.XYs, n)
-	for i := range n {
-		x := float64(i) / binsPerSecond
-		offered[i] = plotter.XY{X: x, Y: float64(off[i] * binsPerSecond)}
-		admitted[i] = plotter.XY{X: x, Y: float64(adm[i] * binsPerSecond)}
-	}
-	return offered, admitted
+	return rates(r, binNS, time.Second, time.Second)
 }
 
 // Plot draws runs to path (.png or .svg), one row of two panels per run:
-// requests per second offered and admitted, and tokens remaining over time
+// requests offered and admitted over time, and tokens remaining over time
 // for the busiest key of each limit, as a percentage of that limit's
-// capacity (so limits of very different capacities share one scale). Every
-// panel's axes start at 0 and carry at least five labelled, evenly spaced
-// round ticks; every panel covers the same time range (the union of the
-// runs' spans) and the rate panels share one y range, so runs compare by
-// eye; legends sit below their panels, never over data. The file is written
-// whole or not at all.
+// capacity (so limits of very different capacities share one scale). The
+// bins, the time axis' unit and the rates' unit are chosen from the span
+// (scaleFor): 100 ms bins and requests per second up to a minute, then the
+// narrowest of 200 ms, 500 ms, 1 s, 2 s, ... 10 min, ... 1 day that makes
+// at most MaxPlotBins bins (a 72 h trace: 10 min bins, requests per
+// minute, time in hours), so every panel draws at most MaxPlotBins + 1
+// points per rate line and 2 per bin (plus its last) per tokens line,
+// whatever the trace's length; a tokens line with more samples than that
+// is drawn as each bin's lowest and highest (envelope). Every panel's axes
+// start at 0 and carry at least five labelled, evenly spaced round ticks;
+// every panel covers the same time range (the union of the runs' spans)
+// and the rate panels share one y range, so runs compare by eye; legends
+// sit below their panels, never over data. The file is written whole or
+// not at all.
 func Plot(path string, runs []Named) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".png" && ext != ".svg" {
@@ -128,9 +110,11 @@ func Plot(path string, runs []Named) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// figure is what Plot draws: a grid of panels, row-major, one row per run.
+// figure is what Plot draws: a grid of panels, row-major, one row per run,
+// on one scale.
 type figure struct {
 	panels [][]*panel
+	scale  scale
 }
 
 // panel is one plot of the figure and what it shows.
@@ -157,10 +141,10 @@ func (p *panel) add(l *plotter.Line, label string) {
 	p.legend = append(p.legend, legendItem{label, l})
 }
 
-func newPanel(title, ylabel string, xmax float64) *panel {
+func newPanel(title, ylabel string, sc scale, xmax float64) *panel {
 	p := &panel{p: plot.New()}
 	p.p.Title.Text = title
-	p.p.X.Label.Text = "time (s)"
+	p.p.X.Label.Text = "time (" + sc.timeName + ")"
 	p.p.Y.Label.Text = ylabel
 	p.p.X.Tick.Marker, p.p.Y.Tick.Marker = niceTicks{}, niceTicks{}
 	p.p.X.Min, p.p.X.Max = 0, xmax
@@ -175,11 +159,18 @@ var (
 
 // build makes the panels of runs (at least one).
 func build(runs []Named) (*figure, error) {
-	xmax := Bin
-	peakOffered, peakAdmitted := 0.0, 0.0
+	end := Bin
 	for _, run := range runs {
-		xmax = max(xmax, spanEnd(run.Report))
-		offered, admitted := Rates(run.Report)
+		end = max(end, spanEnd(run.Report))
+	}
+	sc := scaleFor(end)
+	xmax := sc.x(end)
+	type rateLines struct{ offered, admitted plotter.XYs }
+	lines := make([]rateLines, len(runs))
+	peakOffered, peakAdmitted := 0.0, 0.0
+	for k, run := range runs {
+		offered, admitted := rates(run.Report, int64(sc.width), sc.rateUnit, sc.timeUnit)
+		lines[k] = rateLines{offered, admitted}
 		for i := range offered {
 			peakOffered = max(peakOffered, offered[i].Y)
 			peakAdmitted = max(peakAdmitted, admitted[i].Y)
@@ -196,14 +187,14 @@ func build(runs []Named) (*figure, error) {
 	step := niceStep(0, top)
 	top = math.Ceil(top/step-1e-9) * step
 
-	fig := &figure{}
-	for _, run := range runs {
+	fig := &figure{scale: sc}
+	for k, run := range runs {
 		prefix := ""
 		if len(runs) > 1 {
 			prefix = run.Name + ": "
 		}
-		rate := newPanel(prefix+"requests per second (100 ms bins)", "requests/s", xmax)
-		offered, admitted := Rates(run.Report)
+		rate := newPanel(fmt.Sprintf("%srequests per %s (%s bins)", prefix, sc.rateName, sc.widthText()), "requests/"+sc.rateUnitShort(), sc, xmax)
+		offered, admitted := lines[k].offered, lines[k].admitted
 		lo, err := plotter.NewLine(offered)
 		if err != nil {
 			return nil, err
@@ -212,7 +203,7 @@ func build(runs []Named) (*figure, error) {
 		lo.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
 		label := "offered"
 		if clipped {
-			label = fmt.Sprintf("offered (peak %.0f/s, clipped)", peakOffered)
+			label = fmt.Sprintf("offered (peak %s/%s, clipped)", rateText(peakOffered), sc.rateUnitShort())
 		}
 		rate.add(lo, label)
 		la, err := plotter.NewLine(admitted)
@@ -226,7 +217,7 @@ func build(runs []Named) (*figure, error) {
 		rate.p.X.Min, rate.p.X.Max = 0, xmax // Add widened the axes to the lines' range
 		rate.p.Y.Min, rate.p.Y.Max = 0, top  // shared by every run; the offered pulse may be clipped
 
-		tokens := newPanel(prefix+"tokens remaining, % of capacity (busiest key of each limit)", "% of capacity", xmax)
+		tokens := newPanel(prefix+"tokens remaining, % of capacity (busiest key of each limit)", "% of capacity", sc, xmax)
 		tokens.tokens = true
 		capacity := capacities(run.Report)
 		for i, s := range busiest(run.Report.Samples) {
@@ -236,9 +227,9 @@ func build(runs []Named) (*figure, error) {
 			}
 			xy := make(plotter.XYs, len(s.xy))
 			for k, p := range s.xy {
-				xy[k] = plotter.XY{X: p.X, Y: 100 * p.Y / float64(c)}
+				xy[k] = plotter.XY{X: sc.x(p.X), Y: 100 * p.Y / float64(c)}
 			}
-			l, err := plotter.NewLine(xy)
+			l, err := plotter.NewLine(envelope(xy, sc))
 			if err != nil {
 				return nil, err
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
@@ -203,6 +204,7 @@ func TestPlotPanelsShareTheTimeRange(t *testing.T) {
 		for _, r := range runs {
 			end = max(end, spanEndOf(r.Report))
 		}
+		end = fig.scale.x(end) // in the axis' unit
 		first := fig.panels[0][0].p.X
 		if first.Max < end {
 			t.Errorf("%s: x ends at %v, before the last run ends (%v)", name, first.Max, end)
@@ -257,15 +259,11 @@ func TestPlotTokensInPercentOfCapacity(t *testing.T) {
 					t.Fatalf("%s panel %d,%d: %d lines, want one per limit (%d)", name, j, i, len(p.lines), len(limits))
 				}
 				for k, limit := range limits {
-					got, want := p.lines[k].XYs, series[limit]
-					if len(got) != len(want) {
-						t.Fatalf("%s %s: %d points, want %d", name, limit, len(got), len(want))
+					var want plotter.XYs
+					for _, sm := range series[limit] {
+						want = append(want, plotter.XY{X: fig.scale.x(sm.T), Y: 100 * float64(sm.Tokens) / capacity[limit]})
 					}
-					for m, sm := range want {
-						if w := 100 * float64(sm.Tokens) / capacity[limit]; math.Abs(got[m].Y-w) > 1e-9 || got[m].X != sm.T {
-							t.Fatalf("%s %s point %d: %v, want (%v, %v): %d tokens of %v", name, limit, m, got[m], sm.T, w, sm.Tokens, capacity[limit])
-						}
-					}
+					checkEnvelope(t, name+" "+limit, p.lines[k].XYs, want, fig.scale)
 				}
 			}
 		}
@@ -330,5 +328,64 @@ func TestPlotRefusesARunWithoutReport(t *testing.T) {
 		if ticks := fig.panels[0][0].p.Y.Tick.Marker.Ticks(r[0], r[1]); ticks != nil {
 			t.Errorf("ticks on [%v, %v]: %v", r[0], r[1], ticks)
 		}
+	}
+}
+
+// checkEnvelope checks that a drawn tokens line is its series (want) or,
+// when that has more than 2 points per bin on average, the series' points
+// in order holding each bin's lowest and highest values and its last
+// point: never more than 2 per bin, plus one.
+func checkEnvelope(t *testing.T, what string, got, want plotter.XYs, sc scale) {
+	t.Helper()
+	w := float64(sc.width) / float64(sc.timeUnit)
+	bins := int(want[len(want)-1].X/w) + 1
+	if len(want) <= 2*bins {
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d points, want the %d samples", what, len(got), len(want))
+		}
+		for m := range want {
+			if math.Abs(got[m].Y-want[m].Y) > 1e-9 || got[m].X != want[m].X {
+				t.Fatalf("%s point %d: %v, want %v", what, m, got[m], want[m])
+			}
+		}
+		return
+	}
+	if len(got) > 2*bins+1 {
+		t.Fatalf("%s: %d points for %d bins, want at most %d", what, len(got), bins, 2*bins+1)
+	}
+	lo, hi := map[int]float64{}, map[int]float64{}
+	for _, p := range want {
+		b := int(p.X / w)
+		if v, ok := lo[b]; !ok || p.Y < v {
+			lo[b] = p.Y
+		}
+		if v, ok := hi[b]; !ok || p.Y > v {
+			hi[b] = p.Y
+		}
+	}
+	gotLo, gotHi := map[int]float64{}, map[int]float64{}
+	m := 0
+	for _, p := range got {
+		for m < len(want) && want[m] != p {
+			m++
+		}
+		if m == len(want) {
+			t.Fatalf("%s: drawn point %v is not a sample, in order", what, p)
+		}
+		b := int(p.X / w)
+		if v, ok := gotLo[b]; !ok || p.Y < v {
+			gotLo[b] = p.Y
+		}
+		if v, ok := gotHi[b]; !ok || p.Y > v {
+			gotHi[b] = p.Y
+		}
+	}
+	for b := range lo {
+		if gotLo[b] != lo[b] || gotHi[b] != hi[b] {
+			t.Fatalf("%s bin %d: drawn [%v, %v], the samples' [%v, %v]", what, b, gotLo[b], gotHi[b], lo[b], hi[b])
+		}
+	}
+	if got[len(got)-1] != want[len(want)-1] {
+		t.Fatalf("%s: ends at %v, the series at %v", what, got[len(got)-1], want[len(want)-1])
 	}
 }
