@@ -19,7 +19,7 @@ import (
 type simulateCmd struct {
 	Config  string `help:"Policy file." type:"path"`
 	Trace   string `help:"Trace file, JSON lines ({\"t\": 0.25, \"descriptors\": {...}, \"cost\": 1, \"max_wait_ms\": 0}); - reads stdin."`
-	Plot    string `help:"Draw offered vs admitted requests per second and tokens remaining to this .png or .svg file."`
+	Plot    string `help:"Draw offered vs admitted requests over time (bins chosen from the span: 100 ms up to a minute, at most 600) and tokens remaining to this .png or .svg file."`
 	Compare string `help:"Replay under each of these algorithms (comma-separated: token_bucket,sliding_window,fixed_window) at the same capacity and rate, and plot them side by side."`
 	Out     string `help:"Write the output (outcomes, or a generated trace) to this file instead of stdout." type:"path"`
 	Start   string `help:"Place the trace's time zero on the calendar (RFC 3339, e.g. 2026-03-28T12:00:00+01:00), so that calendar quotas and windows meet real boundaries; outcomes' t stays relative to it." default:"1970-01-01T00:00:00Z"`
