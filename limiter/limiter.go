@@ -329,9 +329,8 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		if sr, ok := s.(store.StatsReporter); ok {
 			cs = append(cs,
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys", Help: "Keys held by the store."},
-					func() float64 { return float64(sr.Stats().Keys) }),
-				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_evictions_total", Help: "Idle keys evicted by the store."},
-					func() float64 { return float64(sr.Stats().Evictions) }))
+					func() float64 { return float64(sr.Stats().Keys) }))
+			cs = append(cs, evictionMetrics(sr)...)
 		}
 		for _, c := range cs {
 			if err := l.reg.Register(c); err != nil {

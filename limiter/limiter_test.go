@@ -584,7 +584,7 @@ func TestFullErrorShowsTheRedactedKey(t *testing.T) {
 	var buf bytes.Buffer
 	c := sluice.NewManualClock(epoch)
 	l := limiterOver(t, "redact: [api_key]\nlimits:\n  - name: per_key\n    key: \"api_key:{api_key}\"\n    capacity: 1\n    refill_per_second: 0.2\n",
-		memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1)), limiter.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+		memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1), memstore.WithRefuseWhenFull()), limiter.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
 	check(t, l, limiter.Request{Descriptors: map[string]string{"api_key": "secret-one"}})
 	_, err := l.Check(context.Background(), limiter.Request{Descriptors: map[string]string{"api_key": "secret-two"}})
 	if !errors.Is(err, store.ErrFull) {

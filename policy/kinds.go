@@ -36,7 +36,7 @@ var kindDefs = [...]kindDef{
 }
 
 // commonFields are the fields every kind of limit takes.
-var commonFields = []string{"name", "key", "when", "algorithm", "hash_tag", "on_store_error", "shadow"}
+var commonFields = []string{"name", "key", "when", "algorithm", "hash_tag", "on_store_error", "shadow", "new_key_gate"}
 
 // ParseKind returns the Kind whose String is s (store.ParseKind).
 func ParseKind(s string) (Kind, error) { return store.ParseKind(s) }

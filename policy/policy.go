@@ -15,6 +15,7 @@
 //	    capacity: 60
 //	    refill_per_second: 1
 //	    shadow: true                 # optional: evaluated and counted, never refuses (a dry run; not for max_in_flight)
+//	    new_key_gate: global         # optional: a new key of this limit only for requests that limit admits
 //	  - name: user_daily
 //	    key: "user:{user}"
 //	    algorithm: sliding_window    # token_bucket (default) | sliding_window | fixed_window
@@ -111,12 +112,22 @@ type Limit struct {
 	// and no other limit's all-or-nothing decision depends on it).
 	Shadow bool
 
+	// NewKeyGate (new_key_gate) names the limit a request must pass before
+	// this limit creates a key for it: a tenant's or an IP's limit in front
+	// of per-user keys. The gate applies to every request this limit
+	// applies to (Parse checks it), and a store creates keys only for
+	// requests every limit admits, so this limit's keys are created no
+	// faster than the gate admits (a flood the gate refuses creates none,
+	// and evicts none at a store's key cap). Empty: no gate.
+	NewKeyGate string
+
 	// Line is where the limit starts in the file.
 	Line int
 
 	params []keyPart
 	placeh []string
 	tag    []keyPart
+	gate   gatePos
 }
 
 // Capacity is the largest cost one request can have under l: the bucket's

@@ -95,6 +95,7 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 		v.checkRedact(redact, p)
 	}
 	v.checkCosts(p)
+	v.checkGates(p)
 }
 
 func (v *validator) limits(n *yaml.Node, p *Policy) {
@@ -339,6 +340,7 @@ func (f *limitFields) common(l *Limit) {
 		l.Key, l.params, l.placeh = key, parts, ph
 	}
 	f.hashTag(l)
+	f.newKeyGate(l)
 	if w := f.fields["when"]; w != nil {
 		l.When = f.v.stringMap(w, f.name, "when", true)
 	}
