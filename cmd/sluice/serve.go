@@ -251,7 +251,7 @@ func (c serveCmd) Run(e *env) error {
 // start serves HTTP on ln and, with gln, gRPC (the Envoy service of the
 // configuration in force); it returns what runs and the gRPC address.
 func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *quietListener, tlsCfg *tls.Config) (*running, string) {
-	run := &running{st: st, fresh: &freshConns{m: map[net.Conn]struct{}{}}, gln: gln, errc: make(chan error, 3)}
+	run := &running{st: st, fresh: &freshConns{m: map[net.Conn]struct{}{}, ln: ln}, gln: gln, errc: make(chan error, 3)}
 	run.hs = s.c.httpServer(h, tlsCfg, run.fresh, s.log)
 	go func() {
 		if tlsCfg != nil {
@@ -425,7 +425,7 @@ func (c serveCmd) listen() (net.Listener, *quietListener, error) {
 // client cannot hold a connection forever (writes allow for requests held
 // up to --max-wait).
 func (c serveCmd) httpServer(h http.Handler, tlsCfg *tls.Config, fresh *freshConns, log *slog.Logger) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+	return &http.Server{Handler: fresh.closing(h), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: satAdd(c.MaxWait, 30*time.Second), IdleTimeout: 2 * time.Minute, TLSConfig: tlsCfg,
 		ConnState: fresh.track,
 		// net/http's own messages (a TLS handshake that failed, ...) are

@@ -88,12 +88,29 @@ func satAdd(a, b time.Duration) time.Duration {
 	return a + b
 }
 
-// freshConns tracks the HTTP connections that have not yet sent a whole
-// request (http.StateNew): http.Server.Shutdown waits up to 5 s for those,
-// so the drain closes them itself.
+// idleGrace is how long the drain leaves a keep-alive connection idle
+// before closing it: a busy client's next request, which may be on its way
+// as the drain starts, is read and answered (with Connection: close)
+// rather than cut off.
+const idleGrace = 250 * time.Millisecond
+
+// freshConns tracks an HTTP server's connections for the drain: m holds
+// those that have not yet sent a whole request (http.StateNew:
+// http.Server.Shutdown waits up to 5 s for those, so the drain closes them
+// itself), conns every open one with its state and since when. ln is the
+// server's listener, closed when the drain starts.
 type freshConns struct {
-	mu sync.Mutex
-	m  map[net.Conn]struct{}
+	mu       sync.Mutex
+	m        map[net.Conn]struct{}
+	conns    map[net.Conn]connState
+	ln       net.Listener
+	draining atomic.Bool
+}
+
+// connState is a connection's last state and when it entered it.
+type connState struct {
+	state http.ConnState
+	since time.Time
 }
 
 // track is the http.Server's ConnState hook.
@@ -105,45 +122,92 @@ func (f *freshConns) track(c net.Conn, s http.ConnState) {
 	} else {
 		delete(f.m, c)
 	}
+	if f.conns == nil {
+		f.conns = map[net.Conn]connState{}
+	}
+	switch s {
+	case http.StateClosed, http.StateHijacked:
+		delete(f.conns, c)
+	default:
+		f.conns[c] = connState{s, time.Now()}
+	}
 }
 
-// closeAll closes every connection that has sent no whole request.
-func (f *freshConns) closeAll() {
+// closing is h, with the answer to every request that arrives once the
+// drain has started carrying Connection: close (net/http then closes the
+// connection after it, and the client knows not to send another request
+// on it). A request held since before the drain is answered without it;
+// its connection is closed once idle for idleGrace.
+func (f *freshConns) closing(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// closeQuiet closes every connection that has sent no whole request, and
+// every one idle for idleGrace since the later of from and its last
+// answer; it reports how many connections remain open.
+func (f *freshConns) closeQuiet(from time.Time) int {
+	now := time.Now()
 	f.mu.Lock()
-	conns := make([]net.Conn, 0, len(f.m))
+	var quiet []net.Conn
 	for c := range f.m {
-		conns = append(conns, c)
+		quiet = append(quiet, c)
 		delete(f.m, c)
+		delete(f.conns, c)
 	}
+	for c, st := range f.conns {
+		since := st.since
+		if since.Before(from) {
+			since = from
+		}
+		if st.state == http.StateIdle && now.Sub(since) >= idleGrace {
+			quiet = append(quiet, c)
+			delete(f.conns, c)
+		}
+	}
+	open := len(f.conns)
 	f.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range quiet {
 		c.Close()
 	}
+	return open
 }
 
-// drainHTTP stops hs: idle and fresh connections are closed at once (a
-// connection that has not sent a whole request when the drain starts is
-// not served), requests in flight finish until ctx ends, then every
-// connection is closed.
+// drainHTTP stops hs without dropping a request it has read: it stops
+// accepting, answers every request from now on with Connection: close
+// (closing its connection after the answer), closes at once the
+// connections that have not sent a whole request, and a keep-alive
+// connection once it has been idle for idleGrace (a request that arrives
+// before is answered). When no connection is left, or ctx ends, hs shuts
+// down (what is still open then is closed).
 func drainHTTP(ctx context.Context, hs *http.Server, fresh *freshConns) error {
-	done := make(chan error, 1)
-	go func() { done <- hs.Shutdown(ctx) }()
-	// Closed again while Shutdown runs: a connection accepted as it began
-	// may register after the first pass.
+	from := time.Now()
+	fresh.draining.Store(true)
+	fresh.mu.Lock()
+	ln := fresh.ln
+	fresh.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for {
-		fresh.closeAll()
+	for fresh.closeQuiet(from) > 0 {
 		select {
-		case err := <-done:
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("HTTP requests still in flight after %v: %w", drainTimeout, err)
-			}
-			return nil
+		case <-ctx.Done():
+			hs.Close()
+			return fmt.Errorf("HTTP requests still in flight after %v: %w", drainTimeout, ctx.Err())
 		case <-t.C:
 		}
 	}
+	if err := hs.Shutdown(ctx); err != nil {
+		hs.Close()
+		return fmt.Errorf("HTTP requests still in flight after %v: %w", drainTimeout, err)
+	}
+	return nil
 }
 
 // drainGRPC stops gs gracefully (GOAWAY; RPCs in flight finish) until ctx
@@ -267,7 +331,7 @@ func newGRPC(svc rls.RateLimitServiceServer) *grpc.Server {
 // serveAuth serves forward-auth alone on ln (--auth-listen), with the HTTP
 // server's limits and TLS.
 func (r *running) serveAuth(c serveCmd, h http.Handler, ln net.Listener, tlsCfg *tls.Config, log *slog.Logger) {
-	r.afrsh = &freshConns{m: map[net.Conn]struct{}{}}
+	r.afrsh = &freshConns{m: map[net.Conn]struct{}{}, ln: ln}
 	r.as = c.httpServer(h, tlsCfg, r.afrsh, log)
 	go func() {
 		if tlsCfg != nil {
