@@ -237,8 +237,9 @@ func TestForwardAuthCaddy(t *testing.T) {
 	})
 }
 
-// A forwarded URI is read as a request line: "//export/x" is under
-// /export, an escaped "%2F" is not a separator, a malformed URI or an
+// A forwarded URI is read as a request line, its path as servers read it
+// (policy.CleanPath): "//export/x" and "/%65xport" are under /export, an
+// encoded slash next to dot segments (ambiguous), a malformed URI or an
 // oversized descriptor is a 400.
 func TestForwardAuthURIs(t *testing.T) {
 	pol := filepath.Join(t.TempDir(), "p.yaml")
@@ -251,8 +252,14 @@ func TestForwardAuthURIs(t *testing.T) {
 	if a, b, c := status("/export/a"), status("//export/b"), status("/x/../export/c"); a != 200 || b != 429 || c != 429 {
 		t.Fatalf("rule: //export/ and /x/../export/ are under /export (1 admitted): %d %d %d", a, b, c)
 	}
-	if s := status("/a%2F..%2F..%2Fexport"); s != 200 {
-		t.Fatalf("rule: an escaped %%2F is not a separator: %d", s)
+	if s := status("/%65xport/d"); s != 429 {
+		t.Fatalf("rule: an escaped letter is the letter: /%%65xport is under /export: %d", s)
+	}
+	if s := status("/a%2F..%2F..%2Fexport"); s != 400 {
+		t.Fatalf("rule: an encoded slash next to dot segments is a path servers disagree on: 400: %d", s)
+	}
+	if s := status("/a%2f%2e%2E%2F..%2fexport?x=1"); s != 400 {
+		t.Fatalf("rule: ... its escapes in either case: 400: %d", s)
 	}
 	if s := status("%zz"); s != 400 {
 		t.Fatalf("rule: a malformed forwarded URI is a 400: %d", s)
