@@ -1,3 +1,4 @@
+// The example of redisstore alone (with leasing and failover over it: store/failover's ExampleNew).
 package redisstore_test
 
 import (
@@ -8,14 +9,12 @@ import (
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/store/failover"
-	"github.com/sluicehq/sluice/store/lease"
 	"github.com/sluicehq/sluice/store/redisstore"
 )
 
-// Many instances, one budget: the keyed engine on Redis, leasing tokens
-// for hot keys, and enforcing each limit locally (at half its budget, for
-// two instances) while Redis cannot be reached. (Not run: it needs a
+// Many instances, one budget: the keyed engine on Redis. Leasing tokens
+// for hot keys and a defined behaviour while Redis cannot be reached are
+// layers over it: see store/failover's ExampleNew. (Not run: it needs a
 // Redis.)
 func ExampleOpen() {
 	p, err := policy.Parse([]byte(`
@@ -33,12 +32,8 @@ limits:
 	if err != nil {
 		log.Fatal(err)
 	}
-	st, err := failover.New(failover.Config{Primary: lease.New(rs), Mode: failover.Local, Instances: 2})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer st.Close()
-	l, err := limiter.New(p, st)
+	defer rs.Close()
+	l, err := limiter.New(p, rs)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,8 +5,6 @@ go 1.26.0
 require (
 	github.com/redis/rueidis v1.0.79
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/store/failover v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/store/lease v0.0.0-00010101000000-000000000000
 )
 
 require (
