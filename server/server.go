@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/internal/answer"
+	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/book"
@@ -144,6 +145,8 @@ type Server struct {
 	waiting     atomic.Int64  // checks held now
 	waitingFull atomic.Uint64 // checks not held because waiting was at --max-waiting
 	book        book.Book
+	// Repeated store errors, each message rate-limited (internal/ratelog).
+	checkFailedLog, leaseLog *ratelog.Message
 }
 
 // New returns a server for cfg.
@@ -165,7 +168,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), book: cfg.Book}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), book: cfg.Book,
+		checkFailedLog: ratelog.New(cfg.Logger, slog.LevelError, "check failed"),
+		leaseLog:       ratelog.New(cfg.Logger, slog.LevelError, "lease not recorded: answered without a lease")}
 	if s.book == nil {
 		s.book = book.NewMemory(book.Config{IdempotencyWindow: cfg.IdempotencyWindow, MaxAnswers: cfg.IdempotencyKeys,
 			LeaseWindow: cfg.LeaseWindow, MaxReceipts: cfg.MaxReceipts}, nil)
@@ -466,15 +471,18 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 // "reachable" or "unreachable" (absent without a Ready probe); Mode is
 // StoreMode and Modes the distinct on_store_error of the limits in force,
 // sorted, while the store is unreachable. A 503 also carries Error and
-// Code ("store_unreachable").
+// Code ("store_unreachable"). A store that answers and refuses (Ready's
+// error has Refused() true, see refusing) is Store "refusing", with
+// StoreError and StoreErrorClass saying why.
 type readiness struct {
-	Status     string   `json:"status"`
-	Store      string   `json:"store,omitempty"`
-	Mode       string   `json:"mode,omitempty"`
-	Modes      []string `json:"modes,omitempty"`
-	StoreError string   `json:"store_error,omitempty"`
-	Error      string   `json:"error,omitempty"`
-	Code       string   `json:"code,omitempty"`
+	Status          string   `json:"status"`
+	Store           string   `json:"store,omitempty"`
+	Mode            string   `json:"mode,omitempty"`
+	Modes           []string `json:"modes,omitempty"`
+	StoreError      string   `json:"store_error,omitempty"`
+	StoreErrorClass string   `json:"store_error_class,omitempty"`
+	Error           string   `json:"error,omitempty"`
+	Code            string   `json:"code,omitempty"`
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
@@ -494,6 +502,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	err := s.cfg.Ready(ctx)
 	if err == nil {
 		writeJSON(w, http.StatusOK, readiness{Status: "ready", Store: "reachable"})
+		return
+	}
+	if s.refusing(w, err) {
 		return
 	}
 	// The modes in force: each limit's own, else the store's default (in

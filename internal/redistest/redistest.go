@@ -165,8 +165,13 @@ func Do(addr string, args ...string) (string, error) {
 	return line, nil
 }
 
+// ping reports whether a server answers at addr: PONG, or NOAUTH from a
+// server started with --requirepass (it answers, and wants a password).
 func ping(addr string) error {
 	r, err := Do(addr, "PING")
+	if err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
+		return nil
+	}
 	if err == nil && r != "+PONG" {
 		err = fmt.Errorf("PING answered %q", r)
 	}

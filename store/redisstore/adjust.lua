@@ -2,9 +2,18 @@
 -- settle). ARGV: [1] now (hex) or '', [2] expire flag, then 7 fields per
 -- key: kind, sign ('-' returns, '+' charges, 'p' pauses a token bucket
 -- for delta ns, 'l' lowers one to at most delta tokens), delta (hex), refund-before
--- (hex), and the kind's 7 parameter fields (as take's).
+-- (hex), and the kind's 7 parameter fields (as take's). Returns 1, or 0
+-- when OOM refused it.
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
+if OOM then
+  -- At maxmemory (noeviction), called through the allow-oom entry point:
+  -- an adjustment that would create a key (all but a return, which never
+  -- does) refuses the call, 0, before anything is written.
+  for i = 1, #KEYS do
+    if ARGV[3 + (i - 1) * 11 + 1] ~= '-' and redis.call('EXISTS', KEYS[i]) == 0 then return 0 end
+  end
+end
 for i = 1, #KEYS do
   local a = 3 + (i - 1) * 11
   local kind, sign, delta, before, key = ARGV[a], ARGV[a + 1], hex(ARGV[a + 2]), hex(ARGV[a + 3]), KEYS[i]

@@ -4,7 +4,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -160,10 +159,17 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 	r := s.scripts.take(ctx, keys, args)
 	at := time.Now()
 	took, err := s.decode(r, batch)
+	if err != nil {
+		if r.Error() != nil {
+			err = s.fail("take", r.Error())
+		} else { // a reply the store cannot read
+			err = s.fail("take", &Error{Op: "take", Class: ClassOther, Err: err})
+		}
+	}
 	for _, c := range batch {
 		c.at, c.took = at, took
 		if err != nil {
-			c.err = fmt.Errorf("redisstore: take: %w", err)
+			c.err = err
 		}
 		if c.queued {
 			c.done <- struct{}{}

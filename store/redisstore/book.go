@@ -31,6 +31,7 @@ import (
 //     MaxReceipts the oldest are dropped (their hash keeps a marker, so a
 //     settle is told book.ErrDropped) and counted.
 type Book struct {
+	s      *Store // counts and classifies the errors of its calls
 	c      rueidis.Client
 	prefix string
 	cfg    book.Config
@@ -40,7 +41,7 @@ type Book struct {
 // NewBook returns a Book on s's Redis, bounded by cfg (zero fields: the
 // defaults; MaxAnswers does not apply: answers expire by their window).
 func NewBook(s *Store, cfg book.Config) *Book {
-	return &Book{c: s.c, prefix: s.cfg.prefix, cfg: cfg.Defaults()}
+	return &Book{s: s, c: s.c, prefix: s.cfg.prefix, cfg: cfg.Defaults()}
 }
 
 var (
@@ -103,7 +104,7 @@ func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
 		return nil, true, nil
 	}
 	if !rueidis.IsRedisNil(err) {
-		return nil, false, err
+		return nil, false, b.s.fail("book", err)
 	}
 	// Someone has it: wait for its answer (a racing retry), bounded.
 	deadline := time.Now().Add(5 * time.Second)
@@ -113,7 +114,7 @@ func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
 		case rueidis.IsRedisNil(err):
 			return nil, false, nil // it failed and was forgotten
 		case err != nil:
-			return nil, false, err
+			return nil, false, b.s.fail("book", err)
 		case len(v) >= len(answerTag)+len(fp)+1 && v[:len(answerTag)] == answerTag:
 			if v[len(answerTag):len(answerTag)+len(fp)] != fp {
 				return nil, false, book.ErrMismatch
@@ -170,14 +171,14 @@ func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
 	res := b.c.DoMulti(ctx, cmds...)
 	for _, x := range res {
 		if err := x.Error(); err != nil {
-			return "", err
+			return "", b.s.fail("book", err)
 		}
 	}
 	if len(r.Receipt) > 0 {
 		popped, err := receiptsScript.Exec(ctx, b.c, []string{b.receiptsKey()},
 			[]string{id, strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10), strconv.Itoa(b.cfg.MaxReceipts)}).ToArray()
 		if err != nil {
-			return id, err // the lease is recorded; only its place among receipts is not
+			return id, b.s.fail("book", err) // the lease is recorded; only its place among receipts is not
 		}
 		for i := 0; i+1 < len(popped); i += 2 { // ZPOPMIN: member, score
 			old, err := popped[i].ToString()
@@ -199,7 +200,7 @@ func (b *Book) Slots(ctx context.Context, id string) (store.Lease, error) {
 		return store.Lease{}, book.ErrUnknown
 	}
 	if err != nil {
-		return store.Lease{}, err
+		return store.Lease{}, b.s.fail("book", err)
 	}
 	var s storedSlots
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
@@ -232,7 +233,7 @@ func (b *Book) takeReceipt(ctx context.Context, id string, take bool, want strin
 	v, err := takeReceiptScript.Exec(ctx, b.c, []string{b.leaseKey(id)},
 		[]string{strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10), takeArg, want}).ToArray()
 	if err != nil {
-		return nil, err
+		return nil, b.s.fail("book", err)
 	}
 	tag, _ := v[0].ToString()
 	switch tag {

@@ -189,6 +189,11 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) (took time.Duration
 		if err != nil {
 			return 0, err
 		}
+		arr = arr[1:]
+		if all == 3 { // at maxmemory, it would create a key: refused undecided
+			c.ok, c.err = false, s.full("take")
+			continue
+		}
 		c.ok = all >= 1
 		per := 4
 		switch all {
@@ -197,7 +202,6 @@ func (s *Store) decode(r rueidis.RedisResult, batch []*call) (took time.Duration
 		case 2:
 			per, booked = 3, true // admitted, booked: remaining, reset and wait
 		}
-		arr = arr[1:]
 		if len(arr) < per*len(c.items) {
 			return 0, fmt.Errorf("script returned too few values")
 		}

@@ -79,6 +79,12 @@ func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 	if err != nil {
 		return opt, fmt.Errorf("redisstore: %w", err)
 	}
+	switch {
+	case opt.SelectDB < 0:
+		return opt, fmt.Errorf("redisstore: URL %q: database number %d: must be 0 or more", Redact(rawURL), opt.SelectDB)
+	case cluster && opt.SelectDB != 0:
+		return opt, fmt.Errorf("redisstore: URL %q: database number %d: a Redis Cluster has only database 0", Redact(rawURL), opt.SelectDB)
+	}
 	opt.ForceSingleClient = !cluster
 	opt.DisableCache = true // no client-side caching: every decision reads Redis
 	opt.DisableAutoPipelining = true

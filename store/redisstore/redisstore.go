@@ -94,6 +94,7 @@ type Store struct {
 	queue    []*call
 	fast     atomic.Uint64
 	decided  atomic.Uint64
+	errs     errStats
 }
 
 // Open connects to the Redis at rawURL: redis://[user:password@]host:port[/db],
@@ -101,7 +102,10 @@ type Store struct {
 // rediss+cluster://) for a Redis Cluster. rueidis' URL query options
 // (dial_timeout, write_timeout, skip_verify...) are accepted. A single
 // Redis that does not answer yet is not an error (calls fail until it
-// does); a cluster none of whose nodes answers is.
+// does); a cluster none of whose nodes answers is. A Redis that answers
+// and refuses the connection's settings — a database number it does not
+// have, a password or user it does not accept, a peer that does not speak
+// RESP or fails TLS verification — is an error matching ErrConfig.
 func Open(rawURL string, opts ...Option) (*Store, error) {
 	opt, err := ParseURL(rawURL)
 	if err != nil {
@@ -115,6 +119,12 @@ func Open(rawURL string, opts ...Option) (*Store, error) {
 		opt.BlockingPoolSize = cfg.pool
 	}
 	c, err := rueidis.NewClient(opt)
+	if configError(err) {
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrConfig, Redact(rawURL), err)
+	}
 	if err != nil && (c == nil || !opt.ForceSingleClient) {
 		return nil, fmt.Errorf("redisstore: connecting to %s: %w", Redact(rawURL), err)
 	}
@@ -145,16 +155,26 @@ func New(c rueidis.Client, opts ...Option) (*Store, error) {
 // Client returns the store's Redis client.
 func (s *Store) Client() rueidis.Client { return s.c }
 
-// Ping checks that Redis answers within the store's timeout.
+// Ping checks, within the store's timeout, that Redis answers and would
+// decide: PING, then a decision call deciding nothing (the entry point
+// every decision takes: it loads the function library where it is
+// missing, and Redis refuses it as it would a decision — OOM at maxmemory,
+// READONLY on a replica). Its error is an *Error (Refused when Redis
+// answered but refuses); when both pass, the last WRONGTYPE a call got in
+// the last 10 s, if any (that refusal is a key's, which no probe sees).
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	for _, r := range s.c.DoMulti(ctx, s.c.B().Ping().Build()) {
 		if err := r.Error(); err != nil {
-			return err
+			return s.fail("ping", err)
 		}
 	}
-	return nil
+	// take with no spec and no request: {0, now}, and nothing written.
+	if err := s.scripts.take1(ctx, nil, []string{s.now(), s.expire(), "0", "0"}).Error(); err != nil {
+		return s.fail("ping", err)
+	}
+	return s.recentKeyRefusal()
 }
 
 func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -218,7 +238,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 				if s.unqueue(c) {
 					// Not sent yet: it takes nothing.
 					c.items, c.self[0] = nil, nil
-					return store.Result{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
+					return store.Result{}, s.fail("take", ctx.Err())
 				}
 				// Already in a script call: its decision stands (tokens
 				// taken are the caller's), so wait for it (bounded by the
@@ -315,7 +335,10 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	}
 	for _, r := range s.scripts.adjust(ctx, execs) {
 		if err := r.Error(); err != nil {
-			return fmt.Errorf("redisstore: adjust: %w", err)
+			return s.fail("adjust", err)
+		}
+		if n, err := r.AsInt64(); err == nil && n == 0 {
+			return s.full("adjust") // at maxmemory: it would create a key
 		}
 	}
 	return nil
@@ -342,7 +365,7 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	}
 	for _, r := range s.c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
-			return fmt.Errorf("redisstore: release: %w", err)
+			return s.fail("release", err)
 		}
 	}
 	return nil
@@ -399,7 +422,7 @@ func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration)
 	}
 	for _, k := range lease.Keys { // (one key per lease where a gate holds it: no batch to build)
 		if err := renewScript.Exec(ctx, s.c, []string{k}, []string{lease.ID, us, now, s.expire()}).Error(); err != nil {
-			return fmt.Errorf("redisstore: renew: %w", err)
+			return s.fail("renew", err)
 		}
 	}
 	return nil

@@ -25,18 +25,18 @@ local LIMB
 local function limbs()
   if LIMB then return LIMB end
 ` + libLua + modelLua + limbpathLua + kindsLua + `
-  LIMB = {bucket = limb_bucket, window = limb_window, book = limb_book, kinds = KIND, adjust = function(KEYS, ARGV)
+  LIMB = {bucket = limb_bucket, window = limb_window, book = limb_book, kinds = KIND, adjust = function(KEYS, ARGV, OOM)
     A = ARGV
 ` + adjustLua + `
   end}
   return LIMB
 end
 local FCACHE, FN = {}, 0 -- the double path's parsed specs, by spec id
-local function take(KEYS, ARGV)
+local function take(KEYS, ARGV, OOM)
   A = ARGV
 ` + takeLua + `
 end
-return {take = take, adjust = function(KEYS, ARGV) return limbs().adjust(KEYS, ARGV) end}
+return {take = take, adjust = function(KEYS, ARGV, OOM) return limbs().adjust(KEYS, ARGV, OOM) end}
 end
 `
 
@@ -50,10 +50,18 @@ var libVersion = func() string {
 var (
 	takeFn   = "sluice_take_" + libVersion
 	adjustFn = "sluice_adjust_" + libVersion
-	library  = "#!lua name=sluice_" + libVersion + "\n" + defineSrc + `
+	// The allow-oom entry points, called after Redis answered OOM: they
+	// run at maxmemory, and refuse what would create a key.
+	takeOOMFn   = "sluice_take_oom_" + libVersion
+	adjustOOMFn = "sluice_adjust_oom_" + libVersion
+	library     = "#!lua name=sluice_" + libVersion + "\n" + defineSrc + `
 local IMPL
 redis.register_function('` + takeFn + `', function(keys, args) IMPL = IMPL or define() return IMPL.take(keys, args) end)
 redis.register_function('` + adjustFn + `', function(keys, args) IMPL = IMPL or define() return IMPL.adjust(keys, args) end)
+redis.register_function{function_name = '` + takeOOMFn + `', flags = {'allow-oom'},
+  callback = function(keys, args) IMPL = IMPL or define() return IMPL.take(keys, args, true) end}
+redis.register_function{function_name = '` + adjustOOMFn + `', flags = {'allow-oom'},
+  callback = function(keys, args) IMPL = IMPL or define() return IMPL.adjust(keys, args, true) end}
 `
 	takeScript   = defineSrc + "return define().take(KEYS, ARGV)\n"
 	adjustScript = defineSrc + "return define().adjust(KEYS, ARGV)\n"
@@ -75,21 +83,36 @@ func newScripts(c rueidis.Client) *scripts {
 
 // load sends the library to every node that takes it (a cluster's
 // replicas refuse writes and get it from their masters). A Redis without
-// FUNCTION turns the store to scripts for good.
-func (x *scripts) load(ctx context.Context) {
+// FUNCTION turns the store to scripts for good. When no node took it and
+// one refused it as a replica (READONLY) or at maxmemory (OOM), that
+// refusal is returned: it, not the missing library, is what a caller
+// must be told.
+func (x *scripts) load(ctx context.Context) error {
 	x.loadMu.Lock()
 	defer x.loadMu.Unlock()
 	nodes := x.c.Nodes()
 	if len(nodes) == 0 {
 		nodes = map[string]rueidis.Client{"": x.c}
 	}
+	var refused error
+	took := false
 	for _, n := range nodes {
 		err := n.Do(ctx, n.B().FunctionLoad().FunctionCode(library).Build()).Error()
 		if err != nil && isUnknownCommand(err) {
 			x.noFuncs.Store(true)
-			return
+			return nil
+		}
+		switch c := Classify(err); {
+		case err == nil || strings.Contains(err.Error(), "already exists"):
+			took = true
+		case c == ClassReadonly || c == ClassOOM:
+			refused = err
 		}
 	}
+	if took {
+		return nil
+	}
+	return refused
 }
 
 func isUnknownCommand(err error) bool {
@@ -101,11 +124,26 @@ func isNoFunction(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
-// take runs take on keys and args.
+// take runs take on keys and args. When Redis answers OOM (at maxmemory
+// under noeviction), the call is sent again to the allow-oom entry point,
+// which decides the requests on existing keys and refuses (3) those that
+// would create one; with scripts only (Redis before 7.0) the OOM stands.
 func (x *scripts) take(ctx context.Context, keys, args []string) rueidis.RedisResult {
+	r := x.take1(ctx, keys, args)
+	if Classify(r.Error()) == ClassOOM && !x.noFuncs.Load() {
+		r2 := x.c.Do(ctx, x.c.B().Fcall().Function(takeOOMFn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		if !isNoFunction(r2.Error()) { // (no library, and none loads at OOM: the OOM stands)
+			r = r2
+		}
+	}
+	return r
+}
+
+func (x *scripts) take1(ctx context.Context, keys, args []string) rueidis.RedisResult {
 	if x.noFuncs.Load() {
 		return x.takeLua.Exec(ctx, x.c, keys, args)
 	}
+	var loadErr error
 	for attempt := 0; ; attempt++ {
 		r := x.c.Do(ctx, x.c.B().Fcall().Function(takeFn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 		if err := r.Error(); !isNoFunction(err) || attempt > 0 {
@@ -113,18 +151,21 @@ func (x *scripts) take(ctx context.Context, keys, args []string) rueidis.RedisRe
 				x.noFuncs.Store(true)
 				return x.takeLua.Exec(ctx, x.c, keys, args)
 			}
+			if loadErr != nil && isNoFunction(err) {
+				return rueidis.NewErrorResult(loadErr)
+			}
 			return r
 		}
-		x.load(ctx) // a new or restarted node: load the library, and call again
+		loadErr = x.load(ctx) // a new or restarted node: load the library, and call again
 		if x.noFuncs.Load() {
 			return x.takeLua.Exec(ctx, x.c, keys, args)
 		}
 	}
 }
 
-// adjust runs adjust once per exec (each exec's keys in one slot); an
+// adjust1 runs adjust once per exec (each exec's keys in one slot); an
 // exec whose node lacked the library is sent again once it is loaded.
-func (x *scripts) adjust(ctx context.Context, execs []rueidis.LuaExec) []rueidis.RedisResult {
+func (x *scripts) adjust1(ctx context.Context, execs []rueidis.LuaExec) []rueidis.RedisResult {
 	if x.noFuncs.Load() {
 		return x.adjustLua.ExecMulti(ctx, x.c, execs...)
 	}
@@ -145,8 +186,9 @@ func (x *scripts) adjust(ctx context.Context, execs []rueidis.LuaExec) []rueidis
 	if len(again) == 0 {
 		return rs
 	}
+	var loadErr error
 	if !x.noFuncs.Load() {
-		x.load(ctx)
+		loadErr = x.load(ctx)
 	}
 	retry := make([]rueidis.LuaExec, len(again))
 	for j, i := range again {
@@ -164,6 +206,29 @@ func (x *scripts) adjust(ctx context.Context, execs []rueidis.LuaExec) []rueidis
 	}
 	for j, i := range again {
 		rs[i] = rs2[j]
+		if loadErr != nil && isNoFunction(rs2[j].Error()) {
+			rs[i] = rueidis.NewErrorResult(loadErr)
+		}
+	}
+	return rs
+}
+
+// adjust runs adjust once per exec, as adjust1; an exec answered OOM is
+// sent again to the allow-oom entry point (which answers 0, writing
+// nothing, when it would create a key).
+func (x *scripts) adjust(ctx context.Context, execs []rueidis.LuaExec) []rueidis.RedisResult {
+	rs := x.adjust1(ctx, execs)
+	if x.noFuncs.Load() {
+		return rs
+	}
+	for i, r := range rs {
+		if Classify(r.Error()) == ClassOOM {
+			e := execs[i]
+			r2 := x.c.Do(ctx, x.c.B().Fcall().Function(adjustOOMFn).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build())
+			if !isNoFunction(r2.Error()) {
+				rs[i] = r2
+			}
+		}
 	}
 	return rs
 }

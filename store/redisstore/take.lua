@@ -16,7 +16,9 @@
 -- remaining, retry and reset (integers, or hex strings when 2^53 or
 -- more), and last, when a request was admitted with a MaxWait on Redis
 -- TIME, the ns the script took (its waits count from now, its answer
--- leaves that much later)}.
+-- leaves that much later)}. With OOM (the allow-oom entry point, called
+-- when Redis is at maxmemory), a request that would create a key answers
+-- 3 alone.
 local nh, nl = now2(ARGV[1])
 local nowhex = hex2(nh, nl)
 local nowms -- Unix ms, made when a write needs it
@@ -144,66 +146,82 @@ for req = 1, nreq do
   local m = tonumber(ARGV[a + 1])
   a = a + 3
   local k0 = k -- KEYS index before this request's first item
-  local all = true
-  for i = 1, m do
-    k = k + 1
-    local sp, cs = specs[tonumber(ARGV[a])], ARGV[a + 1]
-    items[i], costs[i] = sp, cs
-    a = a + 2
-    local ok, rem, retry, reset, save1 = decide(sp, KEYS[k], tonumber(cs), cs, k, i)
-    if not ok then all = false end
-    pend[i] = save1
-    oks[i], rems[i], retries[i], resets[i] = ok, rem, retry, reset
-  end
-  if not all then
-    -- Refused: nothing is taken, so the items that alone would admit
-    -- report their state as it is (a peek).
+  local new = false
+  if OOM then
+    -- At maxmemory (noeviction): a request that would create a key (an
+    -- item with a cost whose key does not exist) is refused undecided,
+    -- 3 and nothing else; the others are decided as usual.
     for i = 1, m do
-      if oks[i] and tonumber(costs[i]) ~= 0 then
-        local _
-        _, rems[i], retries[i], resets[i] = decide(items[i], KEYS[k0 + i], 0, '0', k0 + i, i)
-        retries[i] = 0 -- it alone would admit (or book): no wait
-      end
+      if ARGV[a + 2 * i - 1] ~= '0' and redis.call('EXISTS', KEYS[k0 + i]) == 0 then new = true break end
     end
   end
-  if all then
+  if new then
+    k = k + m
+    a = a + 2 * m
+    out[no + 1] = 3
+    no = no + 1
+  else
+    local all = true
     for i = 1, m do
-      local p = pend[i]
-      if p == i then -- a double-path bucket
-        if not nowms then
-          -- ns = nh*2^32 + nl, and 2^32 = 4294*10^6 + 967296
-          nowms = nh * 4294 + floor((nh * 967296 + nl) / 1000000)
-        end
-        local j = k0 + i
-        fstore(KEYS[j], wt[j], wh[j], wl[j], wp[j], wr[j], nowms, we[j] or nil, expire)
-      elseif p then
-        p()
-      end
+      k = k + 1
+      local sp, cs = specs[tonumber(ARGV[a])], ARGV[a + 1]
+      items[i], costs[i] = sp, cs
+      a = a + 2
+      local ok, rem, retry, reset, save1 = decide(sp, KEYS[k], tonumber(cs), cs, k, i)
+      if not ok then all = false end
+      pend[i] = save1
+      oks[i], rems[i], retries[i], resets[i] = ok, rem, retry, reset
     end
-    -- admitted: every item admitted, so remaining and reset per item
-    -- (and its wait, for a request with a MaxWait)
-    if mw ~= '' then
-      booked = true
-      out[no + 1] = 2
-      no = no + 1
+    if not all then
+      -- Refused: nothing is taken, so the items that alone would admit
+      -- report their state as it is (a peek).
       for i = 1, m do
-        out[no + 1], out[no + 2], out[no + 3] = rems[i], resets[i], waits[i]
-        no = no + 3
+        if oks[i] and tonumber(costs[i]) ~= 0 then
+          local _
+          _, rems[i], retries[i], resets[i] = decide(items[i], KEYS[k0 + i], 0, '0', k0 + i, i)
+          retries[i] = 0 -- it alone would admit (or book): no wait
+        end
+      end
+    end
+    if all then
+      for i = 1, m do
+        local p = pend[i]
+        if p == i then -- a double-path bucket
+          if not nowms then
+            -- ns = nh*2^32 + nl, and 2^32 = 4294*10^6 + 967296
+            nowms = nh * 4294 + floor((nh * 967296 + nl) / 1000000)
+          end
+          local j = k0 + i
+          fstore(KEYS[j], wt[j], wh[j], wl[j], wp[j], wr[j], nowms, we[j] or nil, expire)
+        elseif p then
+          p()
+        end
+      end
+      -- admitted: every item admitted, so remaining and reset per item
+      -- (and its wait, for a request with a MaxWait)
+      if mw ~= '' then
+        booked = true
+        out[no + 1] = 2
+        no = no + 1
+        for i = 1, m do
+          out[no + 1], out[no + 2], out[no + 3] = rems[i], resets[i], waits[i]
+          no = no + 3
+        end
+      else
+        out[no + 1] = 1
+        no = no + 1
+        for i = 1, m do
+          out[no + 1], out[no + 2] = rems[i], resets[i]
+          no = no + 2
+        end
       end
     else
-      out[no + 1] = 1
+      out[no + 1] = 0
       no = no + 1
       for i = 1, m do
-        out[no + 1], out[no + 2] = rems[i], resets[i]
-        no = no + 2
+        out[no + 1], out[no + 2], out[no + 3], out[no + 4] = oks[i] and 1 or 0, rems[i], retries[i], resets[i]
+        no = no + 4
       end
-    end
-  else
-    out[no + 1] = 0
-    no = no + 1
-    for i = 1, m do
-      out[no + 1], out[no + 2], out[no + 3], out[no + 4] = oks[i] and 1 or 0, rems[i], retries[i], resets[i]
-      no = no + 4
     end
   end
 end

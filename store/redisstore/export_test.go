@@ -1,0 +1,6 @@
+// Internals the external tests use.
+
+package redisstore
+
+// ClassifyReply is classifyReply, for TestClassify.
+var ClassifyReply = classifyReply
