@@ -27,13 +27,17 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		}
 		h := s.hash(a.Key)
 		shd := &s.shards[shardOf(h)]
+		credit := 0
 		shd.mu.Lock()
-		ok := s.adjust1(shd, h, a, d, wall)
+		ok := s.adjust1(shd, h, a, d, wall, &credit)
 		shd.mu.Unlock()
-		if !ok && s.makeRoom(d, 1) { // (holding no lock, as in take)
-			shd.mu.Lock()
-			ok = s.adjust1(shd, h, a, d, wall)
-			shd.mu.Unlock()
+		if !ok {
+			if credit = s.makeRoom(d, 1); credit > 0 || s.keys.Load() < s.maxKeys { // (holding no lock, as in take)
+				shd.mu.Lock()
+				ok = s.adjust1(shd, h, a, d, wall, &credit)
+				shd.mu.Unlock()
+				s.giveBack(credit)
+			}
 		}
 		if !ok && err == nil {
 			err = s.fullError(a.Key, s.keys.Load(), d)
@@ -44,7 +48,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 
 // adjust1 applies a in its locked shard; false when it needs a new key and
 // finds no room.
-func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64) bool {
+func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64, credit *int) bool {
 	e := shd.m.get(h, a.Key)
 	exists := e != nil
 	if !exists {
@@ -53,7 +57,7 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64)
 		}
 		// The key was evicted (its state was new again): the charge
 		// still counts, against a new state.
-		if !s.room1(shd, d, true) {
+		if !s.room1(shd, d, true, credit) {
 			return false
 		}
 		if e = shd.m.insert(h, a.Key, entry{}); e == nil { // (room1 saw room in the table)

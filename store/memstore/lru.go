@@ -10,6 +10,13 @@ import (
 	"sync/atomic"
 )
 
+// WithRefuseWhenFull makes the store keep every key that has state at the
+// cap: a request needing a new key when no key is idle is refused with a
+// *store.FullError, as before least-recently-used eviction (see the
+// package documentation). A flood of new keys then locks new keys out
+// until the flood's keys are idle again, which may take a window's length.
+func WithRefuseWhenFull() Option { return func(s *Store) { s.refuseFull = true } }
+
 // lruPoolSize is how many of a shard's least recently used keys one scan
 // ranks: a scan costs a few ns a key, so at the cap a new key pays about
 // (shard keys × a few ns) / lruPoolSize for its room (1,000,000 keys:
@@ -79,9 +86,10 @@ func (p *lruPool) publish(shd *shard) {
 // a key found idle on the way counts as an idle eviction, any other as an
 // LRU one (it had state, which its next request starts without). Lease
 // sets are never evicted with live leases. It locks one shard at a time,
-// called holding none, and reports whether it evicted a key (false: no
-// bucket or window is held).
-func (s *Store) evictLRU(d int64) bool {
+// called holding none, and returns how many keys it evicted (more than one
+// when a scan found idle keys), leaving their count in s.keys for the
+// caller; 0 when no bucket or window is held.
+func (s *Store) evictLRU(d int64) int {
 	for range shardCount * (lruPoolSize + 2) { // (each round ranks a shard, or passes a candidate, or evicts a key)
 		best, bh := -1, int64(math.MaxInt64)
 		for i := range s.shards {
@@ -90,7 +98,7 @@ func (s *Store) evictLRU(d int64) bool {
 			}
 		}
 		if best < 0 {
-			return false
+			return 0
 		}
 		shd := &s.shards[best]
 		var key string
@@ -104,17 +112,16 @@ func (s *Store) evictLRU(d int64) bool {
 		}
 		shd.mu.Unlock()
 		if n > 0 {
-			s.keys.Add(-int64(n))
 			if withState {
 				s.lruEvicted.Add(1)
 				if s.onLRU != nil {
 					s.onLRU(key, d)
 				}
 			}
-			return true
+			return n
 		}
 	}
-	return false
+	return 0
 }
 
 // popLRU evicts the least recently used key of locked shard shd (its pool's

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,4 +271,56 @@ func TestLRUEvictionGivesAtMostOneCapacity(t *testing.T) {
 	}
 	_, lru := s.EvictionsByReason()
 	t.Logf("%d LRU evictions; %d intervals beyond B + r·T (within the bound)", lru, beyond)
+}
+
+// Many goroutines inventing buckets and windows at the cap, in requests of
+// one to three items, with adjustments: none is ever refused full (the
+// room an eviction makes goes to the request that made it), the store
+// never holds more than the cap, and its count stays true.
+func TestLRUUnderConcurrency(t *testing.T) {
+	const capN = 40
+	c := sluice.NewManualClock(storetest.Epoch)
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(capN))
+	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 4, Rate: 0.01})
+	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 4, Window: time.Hour}}
+	specs := []*store.Spec{bk, win}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for g := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 11))
+			for range 3000 {
+				if rng.IntN(8) == 0 {
+					c.Advance(time.Millisecond)
+				}
+				items := make([]store.Item, 1+rng.IntN(3))
+				for i := range items {
+					k := rng.IntN(2000)
+					items[i] = store.Item{Key: fmt.Sprint(k, "/", i), Spec: specs[k%2], Cost: 1}
+				}
+				r, err := s.Take(ctx, items)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted.Add(1)
+					if rng.IntN(4) == 0 {
+						s.Adjust(ctx, []store.Adjustment{{Key: items[0].Key, Spec: items[0].Spec, Delta: 1}})
+					}
+				}
+				if k := s.Stats().Keys; k > capN {
+					t.Errorf("%d keys held, cap %d", k, capN)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_, lru := s.EvictionsByReason()
+	if st := s.Stats(); st.Keys != s.HeldKeys() || lru == 0 {
+		t.Fatalf("count %d, held %d, %d LRU evictions", st.Keys, s.HeldKeys(), lru)
+	}
+	t.Logf("%d admitted, %d LRU evictions", admitted.Load(), lru)
 }

@@ -51,12 +51,14 @@
 // per 128 evictions from a shard (the scan ranks its 128 least recently
 // used keys).
 //
-// A refusal's FullError.RetryAfter is, with LRU eviction, 1 ns (a retry
-// finds room at once: the refusal came from requests taking the room made
-// for this one eight times, or from a shard at MaxShardKeys, or every key
-// being a lease set with a live lease). Otherwise it is the time until the
-// earliest of the shards' bounds and rescan waits (64 atomic reads, no
-// scan). No key held becomes idle and evictable before it on its own — a
+// The room an eviction makes is counted for the request that made it
+// (other requests cannot take it first), so with LRU eviction a new key is
+// refused only when every key held is a lease set with a live lease (then
+// RetryAfter is as below), or, with RetryAfter 1 ns, when its shard holds
+// MaxShardKeys or eight attempts found their room gone (a request whose own
+// keys were evicted meanwhile). Otherwise a refusal's RetryAfter is the
+// time until the earliest of the shards' bounds and rescan waits (64
+// atomic reads, no scan). No key held becomes idle and evictable before it on its own — a
 // lease released, a charge refunded, or a concurrent request that counted
 // a new key and was then refused can make room sooner — so a retry any
 // earlier is refused. It is exact (a key is idle then) when the bound of
@@ -136,13 +138,6 @@ func WithMaxKeys(n int) Option {
 		}
 	}
 }
-
-// WithRefuseWhenFull makes the store keep every key that has state at the
-// cap: a request needing a new key when no key is idle is refused with a
-// *store.FullError, as before least-recently-used eviction (see the
-// package documentation). A flood of new keys then locks new keys out
-// until the flood's keys are idle again, which may take a window's length.
-func WithRefuseWhenFull() Option { return func(s *Store) { s.refuseFull = true } }
 
 // Store is the in-memory store. It is safe for concurrent use.
 type Store struct {
@@ -256,7 +251,7 @@ func (s *Store) shardOf(key string) int { return shardOf(s.hash(key)) }
 // holds its cap makes room by evicting idle keys, else least recently used
 // ones (see the package documentation).
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
-	return s.take(items, false, 1)
+	return s.take(items, false, 1, 0)
 }
 
 // TakeBorrowed implements store.KeyBorrower: items' keys may alias memory
@@ -265,19 +260,23 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 // may keep: the store's own copy where it holds the key (no allocation for
 // a decision on an existing key), else a fresh copy.
 func (s *Store) TakeBorrowed(ctx context.Context, items []store.Item) (store.Result, error) {
-	return s.take(items, true, 1)
+	return s.take(items, true, 1, 0)
 }
 
 // take decides items; attempt counts the decisions of this request (a
-// new key that found no room makes room and decides again).
-func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Result, error) {
+// new key that found no room makes room and decides again), and credit is
+// the keys counted against the cap for it by the room made (its new keys
+// use them first; what they do not use is given back).
+func (s *Store) take(items []store.Item, borrowed bool, attempt, credit int) (store.Result, error) {
 	if s.closed.Load() {
+		s.giveBack(credit)
 		if borrowed {
 			ownKeys(items)
 		}
 		return store.Result{}, store.ErrClosed
 	}
 	if err := store.Validate(items); err != nil {
+		s.giveBack(credit)
 		if borrowed {
 			ownKeys(items)
 		}
@@ -288,17 +287,18 @@ func (s *Store) take(items []store.Item, borrowed bool, attempt int) (store.Resu
 		h := s.hash(items[0].Key)
 		shd := &s.shards[shardOf(h)]
 		shd.mu.Lock()
-		res, err := s.take1(shd, h, &items[0], d, wall, borrowed)
+		res, err := s.take1(shd, h, &items[0], d, wall, borrowed, &credit)
 		if err == nil {
 			s.sweep(shd, d)
 		}
 		shd.mu.Unlock()
+		s.giveBack(credit)
 		if err == errNoRoom {
 			return s.retry(items, borrowed, attempt, noRoom{keys: s.keys.Load(), need: 1}, d)
 		}
 		return res, err
 	}
-	return s.takeMany(items, borrowed, attempt, d, wall)
+	return s.takeMany(items, borrowed, attempt, d, wall, credit)
 }
 
 // many is takeMany's working state: per item its hash, shard, entry and
@@ -314,12 +314,12 @@ type many struct {
 // takeMany decides a request of several items: it locks every shard
 // involved in ascending order, decides each item, then either refuses
 // (nothing taken) or commits every item.
-func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall int64) (store.Result, error) {
+func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall int64, credit int) (store.Result, error) {
 	var shBuf, lockBuf [8]int
 	var entBuf [8]*tentry
 	var nextBuf [8]entry
 	var hashBuf [8]uint64
-	m := many{itemShard: shBuf[:0], locked: lockBuf[:0], ents: entBuf[:0], next: nextBuf[:0], hashes: hashBuf[:0]}
+	m := many{itemShard: shBuf[:0], locked: lockBuf[:0], ents: entBuf[:0], next: nextBuf[:0], hashes: hashBuf[:0], rm: room{held: credit}}
 	for _, it := range items {
 		h := s.hash(it.Key)
 		m.hashes = append(m.hashes, h)
@@ -453,31 +453,15 @@ func (s *Store) unlock(locked []int) {
 	}
 }
 
-// retry makes room for a request whose new keys (the first, item nr.item)
-// found none at time d, in every shard, holding no lock but the one being
-// cleaned (so that it cannot deadlock with take's ordered locking): idle
-// keys first, else (unless WithRefuseWhenFull) the least recently used
-// (makeRoom). It then decides the request again (nothing was taken); a
-// FullError when there is still no room or this was the last attempt.
-func (s *Store) retry(items []store.Item, borrowed bool, attempt int, nr noRoom, d int64) (store.Result, error) {
-	if attempt >= maxAttempts || !s.makeRoom(d, nr.need) {
-		if borrowed {
-			ownKeys(items)
-		}
-		return store.Result{}, s.fullError(items[nr.item].Key, nr.keys, d)
-	}
-	return s.take(items, borrowed, attempt+1)
-}
-
 // take1 decides a single item in its locked shard; errNoRoom when its new
-// key finds no room in the cap nor in the shard.
-func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borrowed bool) (store.Result, error) {
+// key finds no room in the cap (nor in credit) nor in the shard.
+func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borrowed bool, credit *int) (store.Result, error) {
 	res := store.Result{Allowed: true}
 	if it.Spec.HoldsSlots() {
 		var sl *slots
 		it.Decision, sl = s.peekSlots(shd, *it, d)
 		it.Wait = 0
-		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 && sl == nil && !s.room1(shd, d, false) {
+		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 && sl == nil && !s.room1(shd, d, false, credit) {
 			return store.Result{}, errNoRoom
 		}
 		if borrowed {
@@ -492,7 +476,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	var cur entry
 	if e != nil {
 		cur = e.entry
-	} else if it.Cost > 0 && !s.room1(shd, d, true) {
+	} else if it.Cost > 0 && !s.room1(shd, d, true, credit) {
 		return store.Result{}, errNoRoom
 	}
 	next, dec, wait := decide(*it, cur, e != nil, d, s.wall(wall, d))

@@ -31,6 +31,27 @@ type room struct {
 	cleaned bool // it cleaned the shards it holds
 }
 
+// retry makes room for a request whose new keys (the first, item nr.item)
+// found none at time d, in every shard, holding no lock but the one being
+// cleaned (so that it cannot deadlock with take's ordered locking): idle
+// keys first, else (unless WithRefuseWhenFull) the least recently used
+// (makeRoom). It then decides the request again (nothing was taken); a
+// FullError when there is still no room or this was the last attempt.
+func (s *Store) retry(items []store.Item, borrowed bool, attempt int, nr noRoom, d int64) (store.Result, error) {
+	for ; attempt < maxAttempts; attempt++ {
+		if credit := s.makeRoom(d, nr.need); credit > 0 || s.keys.Load() < s.maxKeys {
+			return s.take(items, borrowed, attempt+1, credit)
+		}
+		if s.refuseFull || s.noEvict || !s.holdsTableKeys() {
+			break // (no room to make)
+		}
+	}
+	if borrowed {
+		ownKeys(items)
+	}
+	return store.Result{}, s.fullError(items[nr.item].Key, nr.keys, d)
+}
+
 // roomFor makes r count the keys that items, decided so far in their
 // locked shards (the last one needing a new key), would create: from the
 // cap's free room, else by evicting the idle keys of the shards locked
@@ -83,11 +104,18 @@ func (s *Store) keysNeeded(items []store.Item, ents []*tentry, itemShard []int) 
 }
 
 // room1 counts one new key for locked shard shd (a bucket or window when
-// inTable) against the cap, evicting the shard's idle keys if there is no
-// room; false (nothing counted) when there is none.
-func (s *Store) room1(shd *shard, d int64, inTable bool) bool {
-	if (!inTable || shd.m.n < maxEntries) && s.reserve(1) == 1 {
-		return true
+// inTable) against the cap — one of credit's, else the cap's free room —
+// evicting the shard's idle keys if there is no room; false (nothing
+// counted) when there is none.
+func (s *Store) room1(shd *shard, d int64, inTable bool, credit *int) bool {
+	if !inTable || shd.m.n < maxEntries {
+		if *credit > 0 {
+			*credit--
+			return true
+		}
+		if s.reserve(1) == 1 {
+			return true
+		}
 	}
 	n := s.clean(shd, d)
 	if inTable && shd.m.n >= maxEntries {
@@ -189,28 +217,45 @@ func (s *Store) sweep(shd *shard, d int64) {
 	s.evict(shd, d-idleGrace, 16)
 }
 
-// makeRoom makes room for need new keys at time d: it cleans every shard
-// that may hold a key idle at d, then, unless WithRefuseWhenFull, evicts
-// least recently used keys (evictLRU) until need fit. It locks one shard
-// at a time and is called holding none (so it cannot deadlock with take's
-// ordered locking, nor make it wait long); it reports whether the cap has
-// room for a new key now. A shard whose wake time is after d holds no
-// idle key and costs one atomic read.
-func (s *Store) makeRoom(d int64, need int) bool {
-	if s.cleanAll(d) >= int64(need) || s.refuseFull || s.noEvict {
-		return s.keys.Load() < s.maxKeys
+// makeRoom makes room for need new keys at time d, beyond the cap's free
+// room: it cleans every shard that may hold a key idle at d, then, unless
+// WithRefuseWhenFull, evicts least recently used keys (evictLRU) until
+// need fit. It returns the keys it evicted for the caller, at most need,
+// still counted against the cap (the caller's credit: its new keys take
+// them, so that other requests cannot take the room made for it first).
+// It locks one shard at a time and is called holding none (so it cannot
+// deadlock with take's ordered locking, nor make it wait long). A shard
+// whose wake time is after d holds no idle key and costs one atomic read.
+func (s *Store) makeRoom(d int64, need int) int {
+	need -= int(max(s.maxKeys-s.keys.Load(), 0))
+	if need <= 0 {
+		return 0
 	}
-	for range need {
-		if s.keys.Load()+int64(need) <= s.maxKeys || !s.evictLRU(d) {
+	got := s.cleanAll(d, need)
+	for got < need && !s.refuseFull && !s.noEvict {
+		n := s.evictLRU(d)
+		if n == 0 {
 			break
 		}
+		kept := min(n, need-got)
+		s.giveBack(n - kept)
+		got += kept
 	}
-	return s.keys.Load() < s.maxKeys
+	return got
+}
+
+// giveBack releases n keys counted against the cap and not used.
+func (s *Store) giveBack(n int) {
+	if n > 0 {
+		s.keys.Add(-int64(n))
+	}
 }
 
 // cleanAll cleans every shard that may hold a key idle at d (see makeRoom)
-// and returns the room the cap has then.
-func (s *Store) cleanAll(d int64) int64 {
+// and returns how many keys it evicted, at most keep, whose counts it
+// leaves for the caller (it gives back the others).
+func (s *Store) cleanAll(d int64, keep int) int {
+	got := 0
 	for i := range s.shards {
 		shd := &s.shards[i]
 		if d < shd.wake.Load() {
@@ -219,11 +264,11 @@ func (s *Store) cleanAll(d int64) int64 {
 		shd.mu.Lock()
 		n := s.clean(shd, d)
 		shd.mu.Unlock()
-		if n > 0 {
-			s.keys.Add(-int64(n))
-		}
+		kept := min(n, keep-got)
+		s.giveBack(n - kept)
+		got += kept
 	}
-	return s.maxKeys - s.keys.Load()
+	return got
 }
 
 // clean evicts every key of locked shard shd idle at d, when one may be
