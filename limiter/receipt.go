@@ -50,12 +50,18 @@ func (r Receipt) MarshalBinary() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// UnmarshalReceipt decodes a receipt made by MarshalBinary against the
-// policy in force: entries of limits it no longer has are dropped (their
-// state is gone or no longer applies).
+// UnmarshalReceipt decodes a receipt made by MarshalBinary or
+// MarshalCompact against the policy in force: entries of limits it no
+// longer has are dropped (their state is gone or no longer applies).
 func (l *Limiter) UnmarshalReceipt(b []byte) (Receipt, error) {
 	var in []receiptEntry
-	if err := json.Unmarshal(b, &in); err != nil {
+	var err error
+	if len(b) > 0 && b[0] == compactVersion {
+		in, err = decodeCompact(b[1:])
+	} else {
+		err = json.Unmarshal(b, &in)
+	}
+	if err != nil {
 		return Receipt{}, fmt.Errorf("limiter: bad receipt: %w", err)
 	}
 	c := l.compiled.Load()

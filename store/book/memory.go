@@ -21,21 +21,32 @@ import (
 // process: a settle for a receipt that the cap dropped (and that is no
 // longer held) is told ErrDropped, not ErrUnknown, without keeping a
 // tombstone.
+//
+// Memory: a kept receipt costs its bytes (limiter.Receipt's compact
+// encoding: some 80 B for two limits) plus about 100 B: a map slot keyed
+// by the id's 16 bytes before its MAC (no id string is kept), a 24-byte
+// place in the receipts' FIFO, and the slots only for records that hold
+// some.
 type Memory struct {
 	cfg   Config
 	clock sluice.Clock
 	key   [32]byte
+	t0    time.Time // receipts' times are kept as durations since t0
 
 	amu     sync.Mutex
 	answers map[string]*answerEntry
 	aorder  []string // insertion order, for expiry and the cap
 
 	lmu      sync.Mutex
-	recs     map[string]*record
+	recs     map[idKey]record
 	receipts []fifoEntry // records with a receipt (pending or settled), oldest first
 	slots    slotHeap    // records holding slots, by expiry
 	dropped  atomic.Uint64
 }
+
+// idKey is a lease id's raw bytes before its MAC: issue time, flags and
+// random bytes (the MAC is checked before a lookup).
+type idKey [idMAC]byte
 
 type answerEntry struct {
 	fp   string
@@ -44,11 +55,17 @@ type answerEntry struct {
 	done chan struct{}
 }
 
+// record is a lease record, kept by value in Memory.recs.
 type record struct {
-	slots      store.Lease
-	slotsUntil time.Time // zero: no live slots
-	receipt    []byte
-	state      receiptState
+	receipt string      // the receipt while pending
+	slots   *slotRecord // nil: no live slots
+	state   receiptState
+}
+
+// slotRecord is a record's live slots and their expiry.
+type slotRecord struct {
+	lease store.Lease
+	until time.Time
 }
 
 type receiptState uint8
@@ -62,8 +79,8 @@ const (
 )
 
 type fifoEntry struct {
-	id string
-	at time.Time
+	id idKey
+	at time.Duration // since Memory.t0
 }
 
 // NewMemory returns an in-process Book bounded by cfg (zero fields: the
@@ -72,7 +89,8 @@ func NewMemory(cfg Config, clock sluice.Clock) *Memory {
 	if clock == nil {
 		clock = sluice.SystemClock{}
 	}
-	m := &Memory{cfg: cfg.Defaults(), clock: clock, answers: map[string]*answerEntry{}, recs: map[string]*record{}}
+	m := &Memory{cfg: cfg.Defaults(), clock: clock, answers: map[string]*answerEntry{}, recs: map[idKey]record{}}
+	m.t0 = clock.Now()
 	rand.Read(m.key[:])
 	return m
 }
@@ -142,18 +160,20 @@ func (m *Memory) Finish(_ context.Context, id, _ string, ans []byte) {
 // bytes, 8 bytes of HMAC-SHA256 over the rest.
 const (
 	idRaw       = 24
+	idMAC       = 16 // where the MAC starts
+	idLen       = 32 // base64 characters
 	flagReceipt = 1
 )
 
-func (m *Memory) newID(now time.Time, flags byte) string {
+func (m *Memory) newID(now time.Time, flags byte) (string, idKey) {
 	var raw [idRaw]byte
 	ms := uint64(now.UnixMilli())
 	binary.BigEndian.PutUint16(raw[0:2], uint16(ms>>32))
 	binary.BigEndian.PutUint32(raw[2:6], uint32(ms))
 	raw[6] = flags
-	rand.Read(raw[7:16])
-	copy(raw[16:], m.mac(raw[:16]))
-	return base64.RawURLEncoding.EncodeToString(raw[:])
+	rand.Read(raw[7:idMAC])
+	copy(raw[idMAC:], m.mac(raw[:idMAC]))
+	return base64.RawURLEncoding.EncodeToString(raw[:]), idKey(raw[:idMAC])
 }
 
 func (m *Memory) mac(b []byte) []byte {
@@ -162,15 +182,19 @@ func (m *Memory) mac(b []byte) []byte {
 	return h.Sum(nil)[:8]
 }
 
-// issued reports whether id is one this Book issued, with its issue time
-// and flags.
-func (m *Memory) issued(id string) (time.Time, byte, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(id)
-	if err != nil || len(raw) != idRaw || !hmac.Equal(raw[16:], m.mac(raw[:16])) {
-		return time.Time{}, 0, false
+// issued reports whether id is one this Book issued, with its issue time,
+// flags and key.
+func (m *Memory) issued(id string) (time.Time, byte, idKey, bool) {
+	if len(id) != idLen { // (the decoder would skip newlines)
+		return time.Time{}, 0, idKey{}, false
+	}
+	var raw [idRaw]byte
+	n, err := base64.RawURLEncoding.Decode(raw[:], []byte(id))
+	if err != nil || n != idRaw || !hmac.Equal(raw[idMAC:], m.mac(raw[:idMAC])) {
+		return time.Time{}, 0, idKey{}, false
 	}
 	ms := uint64(binary.BigEndian.Uint16(raw[0:2]))<<32 | uint64(binary.BigEndian.Uint32(raw[2:6]))
-	return time.UnixMilli(int64(ms)), raw[6], true
+	return time.UnixMilli(int64(ms)), raw[6], idKey(raw[:idMAC]), true
 }
 
 // AddLease implements Book.
@@ -180,20 +204,20 @@ func (m *Memory) AddLease(_ context.Context, r Record) (string, error) {
 	if len(r.Receipt) > 0 {
 		flags |= flagReceipt
 	}
-	id := m.newID(now, flags)
-	rec := &record{}
+	id, k := m.newID(now, flags)
+	var rec record
 	m.lmu.Lock()
 	defer m.lmu.Unlock()
 	m.expireLocked(now)
 	if r.Slots.ID != "" {
-		rec.slots, rec.slotsUntil = r.Slots, now.Add(r.SlotsTTL)
-		heap.Push(&m.slots, slotEntry{id: id, until: rec.slotsUntil})
+		rec.slots = &slotRecord{lease: r.Slots, until: now.Add(r.SlotsTTL)}
+		heap.Push(&m.slots, slotEntry{id: k, until: rec.slots.until})
 	}
 	if len(r.Receipt) > 0 {
-		rec.receipt, rec.state = r.Receipt, pending
-		m.receipts = append(m.receipts, fifoEntry{id: id, at: now})
+		rec.receipt, rec.state = string(r.Receipt), pending
+		m.receipts = append(m.receipts, fifoEntry{id: k, at: now.Sub(m.t0)})
 	}
-	m.recs[id] = rec
+	m.recs[k] = rec
 	for len(m.receipts) > m.cfg.MaxReceipts {
 		m.popReceiptLocked(dropped)
 	}
@@ -203,14 +227,14 @@ func (m *Memory) AddLease(_ context.Context, r Record) (string, error) {
 // expireLocked ends receipts past the lease window and slots past their
 // expiry, deleting records that hold neither.
 func (m *Memory) expireLocked(now time.Time) {
-	for len(m.receipts) > 0 && now.Sub(m.receipts[0].at) >= m.cfg.LeaseWindow {
+	for len(m.receipts) > 0 && now.Sub(m.t0)-m.receipts[0].at >= m.cfg.LeaseWindow {
 		m.popReceiptLocked(expired)
 	}
 	for m.slots.Len() > 0 && !m.slots[0].until.After(now) {
 		e := heap.Pop(&m.slots).(slotEntry)
-		if rec := m.recs[e.id]; rec != nil {
-			rec.slots, rec.slotsUntil = store.Lease{}, time.Time{}
-			m.forgetIfEmptyLocked(e.id, rec)
+		if rec, ok := m.recs[e.id]; ok {
+			rec.slots = nil
+			m.putLocked(e.id, rec)
 		}
 	}
 }
@@ -219,27 +243,40 @@ func (m *Memory) expireLocked(now time.Time) {
 // expired.
 func (m *Memory) popReceiptLocked(why receiptState) {
 	id := m.receipts[0].id
-	m.receipts[0] = fifoEntry{}
 	m.receipts = m.receipts[1:]
-	rec := m.recs[id]
-	if rec == nil {
+	rec, ok := m.recs[id]
+	if !ok {
 		return
 	}
 	if rec.state == pending {
-		rec.receipt, rec.state = nil, why
+		rec.receipt, rec.state = "", why
 		if why == dropped {
 			m.dropped.Add(1)
 		}
 	} else if rec.state == settled {
 		rec.state = expired
 	}
-	m.forgetIfEmptyLocked(id, rec)
+	m.putLocked(id, rec)
 }
 
-func (m *Memory) forgetIfEmptyLocked(id string, rec *record) {
-	if rec.slotsUntil.IsZero() && rec.state != pending && rec.state != settled {
+// putLocked stores rec under id, or deletes it when it holds neither
+// slots nor a receipt (pending or settled).
+func (m *Memory) putLocked(id idKey, rec record) {
+	if rec.slots == nil && rec.state != pending && rec.state != settled {
 		delete(m.recs, id)
+		return
 	}
+	m.recs[id] = rec
+}
+
+// lookupLocked is the record of id (an id this Book issued).
+func (m *Memory) lookupLocked(id string) (idKey, record, bool) {
+	_, _, k, ok := m.issued(id)
+	if !ok {
+		return idKey{}, record{}, false
+	}
+	rec, ok := m.recs[k]
+	return k, rec, ok
 }
 
 // Slots implements Book.
@@ -247,11 +284,14 @@ func (m *Memory) Slots(_ context.Context, id string) (store.Lease, error) {
 	m.lmu.Lock()
 	defer m.lmu.Unlock()
 	m.expireLocked(m.clock.Now())
-	rec := m.recs[id]
-	if rec == nil || rec.slotsUntil.IsZero() && rec.state != pending && rec.state != settled {
+	_, rec, ok := m.lookupLocked(id)
+	if !ok || rec.slots == nil && rec.state != pending && rec.state != settled {
 		return store.Lease{}, ErrUnknown
 	}
-	return rec.slots, nil
+	if rec.slots == nil {
+		return store.Lease{}, nil
+	}
+	return rec.slots.lease, nil
 }
 
 // TakeReceipt implements Book.
@@ -260,16 +300,17 @@ func (m *Memory) TakeReceipt(_ context.Context, id string, check func([]byte) er
 	defer m.lmu.Unlock()
 	now := m.clock.Now()
 	m.expireLocked(now)
-	if rec := m.recs[id]; rec != nil {
+	if k, rec, ok := m.lookupLocked(id); ok {
 		switch rec.state {
 		case pending:
-			rc := rec.receipt
+			rc := []byte(rec.receipt)
 			if check != nil {
 				if err := check(rc); err != nil {
 					return nil, err
 				}
 			}
-			rec.receipt, rec.state = nil, settled
+			rec.receipt, rec.state = "", settled
+			m.putLocked(k, rec)
 			return rc, nil
 		case dropped:
 			return nil, ErrDropped
@@ -278,7 +319,7 @@ func (m *Memory) TakeReceipt(_ context.Context, id string, check func([]byte) er
 		}
 		return nil, ErrSettled
 	}
-	at, flags, ok := m.issued(id)
+	at, flags, _, ok := m.issued(id)
 	if ok && flags&flagReceipt != 0 && now.Sub(at) < m.cfg.LeaseWindow {
 		// Issued here with a receipt, within its window, and gone: the cap
 		// dropped it (or dropped its settled record).
@@ -291,7 +332,7 @@ func (m *Memory) TakeReceipt(_ context.Context, id string, check func([]byte) er
 func (m *Memory) Dropped() uint64 { return m.dropped.Load() }
 
 type slotEntry struct {
-	id    string
+	id    idKey
 	until time.Time
 }
 

@@ -3,6 +3,7 @@
 package booktest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ func Run(t *testing.T, f Factory) {
 		{"SlotsOutliveTheCap", testSlotsOutliveCap},
 		{"SlotsOutliveTheWindow", testSlotsOutliveWindow},
 		{"ReceiptsExpire", testReceiptsExpire},
+		{"BinaryReceiptKeptExactly", testBinaryReceipt},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, f) })
 	}
@@ -205,5 +207,27 @@ func testReceiptsExpire(t *testing.T, f Factory) {
 	}
 	if b.Dropped() != 0 {
 		t.Fatalf("rule: expiry is not a drop: Dropped() = %d", b.Dropped())
+	}
+}
+
+// Rule: a receipt is any bytes (limiter.Receipt's compact form is binary):
+// every byte value comes back exactly, with slots held or not.
+func testBinaryReceipt(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	rc := make([]byte, 512)
+	for i := range rc {
+		rc[i] = byte(i)
+	}
+	for _, r := range []book.Record{{Receipt: rc}, {Receipt: rc, Slots: slots("bin"), SlotsTTL: time.Minute}} {
+		id := addLease(t, b, r)
+		got, err := b.TakeReceipt(ctx, id, func(b []byte) error {
+			if !bytes.Equal(b, rc) {
+				t.Errorf("rule: check sees the receipt's bytes exactly: %d bytes", len(b))
+			}
+			return nil
+		})
+		if err != nil || !bytes.Equal(got, rc) {
+			t.Fatalf("rule: a binary receipt comes back exactly: %d bytes, %v", len(got), err)
+		}
 	}
 }
