@@ -180,7 +180,7 @@ func (c serveCmd) Run(e *env) error {
 	reg := s.registry()
 	st, shared, err := c.openStore(log, reg)
 	if err != nil {
-		return err
+		return usageError{err} // exit 2: the store's settings cannot work
 	}
 	// Until the servers run, a failure only has the store to close.
 	started := false
@@ -467,6 +467,12 @@ func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.
 		redisstore.WithPoolSize(c.StorePoolSize))
 	if err != nil {
 		return nil, sharedStore{}, fmt.Errorf("--store: %w", err)
+	}
+	if reg != nil {
+		if err := reg.Register(redisErrors{rs}); err != nil {
+			rs.Close()
+			return nil, sharedStore{}, err
+		}
 	}
 	var primary store.Store = rs
 	if c.LeaseTokens {

@@ -130,12 +130,24 @@ func (s *Store) Degraded() bool { return s.degraded.Load() }
 func outage(ctx context.Context, err error) bool {
 	switch {
 	case err == nil, errors.Is(err, store.ErrInvalidItem), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrClosed),
-		errors.Is(err, store.ErrCannotRenew):
+		errors.Is(err, store.ErrCannotRenew), Refused(err):
 		return false
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return false // the caller gave up: not the store's fault
 	}
 	return true
+}
+
+// Refused reports whether err says the primary was reached and refused the
+// call: an error in its chain has a method Refused() bool answering true
+// (redisstore's OOM, READONLY, NOSCRIPT, WRONGTYPE and other error
+// replies). A refusal is not an outage: on_store_error does not apply (a
+// fail_open limit must not admit without a decision while Redis keeps
+// refusing), the caller gets the error, and the primary counts as
+// reachable (a degraded wrapper returns to it).
+func Refused(err error) bool {
+	var r interface{ Refused() bool }
+	return errors.As(err, &r) && r.Refused()
 }
 
 func (s *Store) degrade(err error) {
@@ -177,7 +189,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	if s.usePrimary() {
 		r, err := s.cfg.Primary.Take(ctx, items)
 		if !outage(ctx, err) {
-			if err == nil {
+			if err == nil || Refused(err) {
 				s.recover()
 			}
 			return r, err
@@ -334,6 +346,8 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := p.Ping(ctx); err != nil {
 		if outage(ctx, err) {
 			s.degrade(err)
+		} else if Refused(err) {
+			s.recover()
 		}
 		return err
 	}
