@@ -5,6 +5,7 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/server"
@@ -19,6 +20,10 @@ func TestDuplicateAndMiscasedFieldsRefused(t *testing.T) {
 		{"/v1/check", `{"descriptors": {"tenant": "a", "tenant": "b"}, "cost": 3}`, `field "descriptors": key "tenant" is given twice`},
 		{"/v1/check", `{"descriptors": {"tenant": "a"}, "costs": {"tenant_api": 3, "tenant_api": 0}}`, `field "costs": key "tenant_api" is given twice`},
 		{"/v1/check", `{"descriptors": {"tenant": "a"}, "cost": 3, "request_id": "r1", "Request_ID": "r2"}`, `unknown field "Request_ID" (field names are case-sensitive: did you mean "request_id"?)`},
+		// keys compared as the decoder reads them
+		{"/v1/check", `{"descriptors": {"tenant": "a", "tenan\u0074": "b"}, "cost": 3}`, `field "descriptors": key "tenant" is given twice`},
+		{"/v1/check", `{"descriptors": {"tenant": "a"}, "co\u0073t": 0, "cost": 3}`, `field "cost" is given twice`},
+		{"/v1/check", "{\"descriptors\": {\"tenant\": \"a\", \"\xff\": \"1\", \"\xfe\": \"2\"}, \"cost\": 3}", "field \"descriptors\": key \"\ufffd\" is given twice"},
 		// reserve is a check
 		{"/v1/check", `{"descriptors": {"tenant": "a"}, "cost": 3, "max_wait_ms": 100, "RESERVE": true}`, `unknown field "RESERVE" (field names are case-sensitive: did you mean "reserve"?)`},
 		{"/v1/check", `{"descriptors": {"tenant": "a"}, "cost": 3, "max_wait_ms": 100, "reserve": false, "reserve": true}`, `field "reserve" is given twice`},
@@ -62,12 +67,21 @@ func FuzzDecodeStrict(f *testing.F) {
 		`{"descriptors": {"ſ": "1", "s": "2"}}`,
 		`[{"a": 1, "a": 2}]`,
 		`{}}`,
+		"{\"descriptors\": {\"\xff\": \"a\", \"\xfe\": \"b\"}}",
+		`{"descriptors": {"a": "1", "\u0061": "2"}}`,
+		`{"co\u0073t": 1, "cost": 2, "descriptors": {}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, v := range []any{&server.CheckRequest{}, &server.SettleRequest{}, &server.PauseRequest{}} {
-			if server.DecodeStrict(b, v) != nil {
+			if err := server.DecodeStrict(b, v); err != nil {
+				// A key refused as given twice is one: the decoded tree
+				// has fewer members than the text.
+				var tree any
+				if strings.Contains(err.Error(), "given twice") && json.Unmarshal(b, &tree) == nil && tokenMembers(t, b) == treeMembers(tree) {
+					t.Fatalf("%q refused (%v) with no key given twice", b, err)
+				}
 				continue
 			}
 			// Accepted: the members counted token by token are the
