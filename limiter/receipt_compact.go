@@ -5,6 +5,7 @@ package limiter
 import (
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"strings"
 )
 
@@ -23,14 +24,20 @@ const compactVersion = 0x01
 // the cost, and varint the RefundBefore (the first entry's; each next one
 // as its difference from the previous one).
 func (r Receipt) MarshalCompact() ([]byte, error) {
-	n := 1 + binary.MaxVarintLen64
-	for i, t := range r.taken {
-		n += 4*binary.MaxVarintLen64 + len(r.limits[i]) + len(t.Key)
+	n, prev := 1+uvarintLen(uint64(len(r.taken))), int64(0)
+	for i, t := range r.taken { // the exact size: a kept receipt holds no spare capacity
+		x := uint64(len(r.limits[i])) << 1
+		if !strings.HasPrefix(t.Key, r.limits[i]) {
+			n += len(r.limits[i])
+		}
+		d := t.RefundBefore - prev
+		n += uvarintLen(x) + uvarintLen(uint64(len(t.Key))) + len(t.Key) + uvarintLen(uint64(max(t.Delta, 0))) + uvarintLen(uint64(d<<1)^uint64(d>>63))
+		prev = t.RefundBefore
 	}
 	b := make([]byte, 1, n)
 	b[0] = compactVersion
 	b = binary.AppendUvarint(b, uint64(len(r.taken)))
-	var prev int64
+	prev = 0
 	for i, t := range r.taken {
 		name := r.limits[i]
 		shared := uint64(0)
@@ -49,6 +56,9 @@ func (r Receipt) MarshalCompact() ([]byte, error) {
 	}
 	return b, nil
 }
+
+// uvarintLen is the length of x as a uvarint.
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 
 var errCompact = errors.New("truncated or malformed compact receipt")
 

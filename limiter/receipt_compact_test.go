@@ -81,3 +81,23 @@ func TestCompactReceiptMalformed(t *testing.T) {
 		t.Errorf("no entries: %v", err)
 	}
 }
+
+// MarshalCompact's buffer is exactly the encoding (a kept receipt holds no
+// spare capacity), for names shared with the key or not, costs of every
+// size and RefundBefore going up, down or 0.
+func TestCompactReceiptExactSize(t *testing.T) {
+	l, _ := newLimiter(t)
+	for _, req := range []limiter.Request{
+		{Descriptors: map[string]string{"user": "u", "tenant": "x"}, Receipt: true},
+		{Descriptors: map[string]string{"user": "a-much-longer-user-name-than-the-others", "tenant": "y", "route": "/export"}, Cost: 3, Receipt: true},
+	} {
+		r := check(t, l, req)
+		b, _ := r.Receipt.MarshalCompact()
+		if len(b) != cap(b) {
+			t.Errorf("%d bytes in a buffer of %d", len(b), cap(b))
+		}
+		if rc, err := l.UnmarshalReceipt(b); err != nil || rc.Empty() {
+			t.Fatal(err)
+		}
+	}
+}
