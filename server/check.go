@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -192,7 +193,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 	if err != nil {
 		p := answer.Classify(err)
 		if p.Status == http.StatusServiceUnavailable && p.Code != "store_full" {
-			s.cfg.Logger.Error("check failed", "error", err)
+			s.checkFailedLog.Log(slog.String("error", err.Error()))
 		}
 		p.Write(w)
 		return nil
@@ -243,9 +244,13 @@ func (s *Server) reply(r *http.Request, res limiter.Result, reserve bool) *reply
 		}
 		id, err := s.book.AddLease(r.Context(), rec)
 		if err != nil {
-			// Admitted, but the lease could not be recorded: the slots
-			// expire by their TTL and the cost stands as charged.
-			s.cfg.Logger.Error("lease not recorded", "error", err)
+			// Admitted, but the lease could not be recorded: no lease id
+			// is handed out (every id answered can be released and
+			// settled); the slots expire by their TTL and the cost stands
+			// as charged. (A shared store's book behind the failover
+			// wrapper records it in process instead: failover.Book.)
+			s.leaseLog.Log(slog.String("error", err.Error()))
+			id = ""
 		}
 		resp.Lease = id
 	}

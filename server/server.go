@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/internal/answer"
+	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/book"
@@ -144,6 +145,8 @@ type Server struct {
 	waiting     atomic.Int64  // checks held now
 	waitingFull atomic.Uint64 // checks not held because waiting was at --max-waiting
 	book        book.Book
+	// Repeated store errors, each message rate-limited (internal/ratelog).
+	checkFailedLog, leaseLog *ratelog.Message
 }
 
 // New returns a server for cfg.
@@ -165,7 +168,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), book: cfg.Book}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), book: cfg.Book,
+		checkFailedLog: ratelog.New(cfg.Logger, slog.LevelError, "check failed"),
+		leaseLog:       ratelog.New(cfg.Logger, slog.LevelError, "lease not recorded: answered without a lease")}
 	if s.book == nil {
 		s.book = book.NewMemory(book.Config{IdempotencyWindow: cfg.IdempotencyWindow, MaxAnswers: cfg.IdempotencyKeys,
 			LeaseWindow: cfg.LeaseWindow, MaxReceipts: cfg.MaxReceipts}, nil)

@@ -165,7 +165,9 @@ func TestServeRedisFailureModes(t *testing.T) {
 	}{
 		{"fail_open", nil, func(a, r, u int64) bool { return a == 40 && u == 0 }},
 		{"fail_closed", nil, func(a, r, u int64) bool { return a == 0 && u == 40 }},
-		{"local", []string{"--instances", "4"}, func(a, r, u int64) bool { return a == 5 && r == 35 }}, // 20 / 4
+		// local: the share (20 / 4) starts from the level Redis last
+		// reported, drained (0; 0.001/s refills nothing here): all refused.
+		{"local", []string{"--instances", "4"}, func(a, r, u int64) bool { return a == 0 && r == 40 }},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			srv := startRedis(t)
@@ -235,9 +237,18 @@ func TestServeRedisFailureModes(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			// Redis (empty after the restart) decides again: 20 admitted, then refused.
+			// Redis (empty after the restart) decides again: 20 admitted, then
+			// refused. In local mode x was handed back drained (its local
+			// level, 0): a new key shows Redis deciding (the local share is 5).
+			key := "x"
+			if tc.mode == "local" {
+				if code, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`); code != 429 {
+					t.Fatalf("after recovery, x (handed back drained): %d %s", code, body)
+				}
+				key = "y"
+			}
 			for i := range 21 {
-				code, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"t":"x"}}`)
+				code, body := call(t, p, "POST", "/v1/check", fmt.Sprintf(`{"descriptors":{"t":%q}}`, key))
 				if want := map[bool]int{true: 200, false: 429}[i < 20]; code != want {
 					t.Fatalf("after recovery, check %d: %d %s", i, code, body)
 				}

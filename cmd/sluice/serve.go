@@ -364,7 +364,9 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 	bookCfg := book.Config{IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts}
 	var bk book.Book
 	if shared.redis != nil {
-		bk = redisstore.NewBook(shared.redis, bookCfg)
+		// Bounded by --store-timeout and following the failover circuit:
+		// kept in process while Redis is unreachable.
+		bk = failover.NewBook(shared.failover, redisstore.NewBook(shared.redis, bookCfg), bookCfg)
 	}
 	cfg := server.Config{
 		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
@@ -449,9 +451,10 @@ func (s *service) logServing(httpAddr, grpcAddr, authAddr string, tlsOn bool, st
 
 // sharedStore is what serve needs to know of a shared store.
 type sharedStore struct {
-	name  string                          // for the log: "memory" or the URL without password
-	redis *redisstore.Store               // nil in memory
-	ready func(ctx context.Context) error // nil in memory
+	name     string                          // for the log: "memory" or the URL without password
+	redis    *redisstore.Store               // nil in memory
+	failover *failover.Store                 // nil in memory
+	ready    func(ctx context.Context) error // nil in memory
 }
 
 // openStore opens --store: the in-memory store, or Redis wrapped in the
@@ -479,7 +482,7 @@ func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.
 		primary = lease.New(rs, lease.WithTTL(c.LeaseTTL))
 	}
 	fo, err := failover.New(failover.Config{Primary: primary, Mode: c.OnStoreError, Instances: c.Instances,
-		MaxKeys: c.MaxKeys, Logger: log, Registerer: reg})
+		Timeout: c.StoreTimeout, MaxKeys: c.MaxKeys, Logger: log, Registerer: reg})
 	if err != nil {
 		rs.Close()
 		return nil, sharedStore{}, err
@@ -489,5 +492,5 @@ func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.
 	ctx, cancel := context.WithTimeout(context.Background(), c.StoreTimeout)
 	fo.Ping(ctx)
 	cancel()
-	return fo, sharedStore{name: redisstore.Redact(c.Store), redis: rs, ready: fo.Ping}, nil
+	return fo, sharedStore{name: redisstore.Redact(c.Store), redis: rs, failover: fo, ready: fo.Ping}, nil
 }

@@ -7,19 +7,25 @@
 //     store.ErrUnavailable (the service answers 503);
 //   - local: the limit is enforced by in-process buckets (a memstore) with
 //     its budget divided by the configured number of instances, so that
-//     together the instances stay within the shared budget.
+//     together the instances stay within the shared budget (the bound is
+//     docs/behaviour.md section 5.2's; see Store.Take).
 //
 // A request needing several limits is refused if any of them fails closed
 // or is refused locally; fail-open limits admit.
 //
-// The wrapper notices a failure from the call that fails (every call to the
-// backend is bounded by the backend's own timeout and the caller's
-// deadline), sets the sluice_store_degraded gauge and logs once. While
-// degraded it does not wait on the backend: at most one call per probe
-// interval (250 ms) tries it again (and Ping, from /readyz, also probes); the first
-// success returns every later call to the backend, without a restart.
-// Budgets are not reconciled: what was admitted locally is not charged to
-// the shared store afterwards.
+// Every call to the primary is bounded by Config.Timeout: it gets a context
+// with that deadline, and the wrapper stops waiting for it at the deadline
+// (whether or not the primary honours it) and answers as for a failure. The
+// first call that fails or times out opens the circuit: the wrapper sets
+// the sluice_store_degraded gauge, logs (at most Burst records, then Rate a
+// second: internal/ratelog), and sends no request's call to the primary
+// while degraded. A primary that can be pinged (redisstore, lease over it)
+// is probed in the background, one Ping per probe interval (250 ms), each
+// bounded by the timeout; the first that answers hands the local buckets'
+// levels back to it (Store.Take) and closes the circuit, without a
+// restart. A primary that cannot be pinged is tried by one request's call
+// per probe interval instead. Budgets admitted fail_open are not charged
+// to the shared store afterwards.
 package failover
 
 import (
@@ -35,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memstore"
 )
@@ -49,6 +56,10 @@ const (
 // ValidMode reports whether m is one of the modes.
 func ValidMode(m string) bool { return m == FailOpen || m == FailClosed || m == Local }
 
+// DefaultTimeout bounds each call to the primary unless Config.Timeout
+// says otherwise (sluice serve's --store-timeout default).
+const DefaultTimeout = 250 * time.Millisecond
+
 // Config configures New.
 type Config struct {
 	// Primary is the shared store.
@@ -57,30 +68,49 @@ type Config struct {
 	Mode string
 	// Instances divides budgets in local mode (default 1).
 	Instances int
-	// ProbeInterval is how often, while degraded, one call tries the
-	// primary again (default 250 ms).
+	// Timeout bounds every call to the primary (default DefaultTimeout; a
+	// caller's earlier deadline wins): at the deadline the wrapper stops
+	// waiting, opens the circuit and answers by on_store_error.
+	Timeout time.Duration
+	// ProbeInterval is how often, while degraded, the primary is tried
+	// again (default 250 ms).
 	ProbeInterval time.Duration
-	// MaxKeys caps the local store's keys (default memstore's).
+	// MaxKeys caps the local store's keys (default memstore's), and the
+	// keys whose last shared level is remembered for local mode.
 	MaxKeys int
 	// Logger receives one record when the store degrades and one when it
-	// recovers; nil discards them.
+	// recovers (each within a budget of ratelog.Burst records, then
+	// ratelog.Rate a second, the rest counted in "suppressed"); nil
+	// discards them.
 	Logger *slog.Logger
 	// Registerer registers sluice_store_degraded and
 	// sluice_store_fallback_decisions_total; nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
+// ErrTimeout reports a call to the primary that did not answer within
+// Config.Timeout. It matches store.ErrUnavailable.
+var ErrTimeout = fmt.Errorf("%w: no answer within the store timeout", store.ErrUnavailable)
+
 // Store is the failover wrapper. It is safe for concurrent use.
 type Store struct {
 	cfg       Config
 	local     *memstore.Store
+	ping      func(context.Context) error // the primary's Ping, or nil
 	degraded  atomic.Bool
-	nextProbe atomic.Int64 // Unix ns
+	probing   atomic.Bool  // the background prober runs
+	nextProbe atomic.Int64 // Unix ns (primaries without Ping)
 	scaled    sync.Map     // *store.Spec -> *store.Spec (local budget)
 	gauge     prometheus.Gauge
 	fallbacks *prometheus.CounterVec
+	downLog   *ratelog.Message
+	upLog     *ratelog.Message
 	mu        sync.Mutex
 	lastErr   error
+	levels    levels       // local mode: the shared levels last seen, the keys decided locally
+	handoff   sync.RWMutex // held (write) while the local levels are handed back
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // localPrefix marks leases taken from the local store.
@@ -100,17 +130,29 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Instances < 1 {
 		return nil, fmt.Errorf("failover: instances %d must be at least 1", cfg.Instances)
 	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("failover: timeout %v must be positive", cfg.Timeout)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = 250 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{cfg: cfg, local: memstore.New(memstore.WithMaxKeys(cfg.MaxKeys)),
+	s := &Store{cfg: cfg, local: memstore.New(memstore.WithMaxKeys(cfg.MaxKeys)), closed: make(chan struct{}),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_store_degraded",
 			Help: "1 while the shared store is unreachable and decisions follow on_store_error."}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_store_fallback_decisions_total",
 			Help: "Limit decisions made without the shared store, by on_store_error mode."}, []string{"mode"}),
+		downLog: ratelog.New(cfg.Logger, slog.LevelWarn, "store unreachable: deciding by on_store_error until it answers"),
+		upLog:   ratelog.New(cfg.Logger, slog.LevelInfo, "store reachable again: decisions use it"),
+	}
+	s.levels.init(cfg.MaxKeys)
+	if p, ok := cfg.Primary.(interface{ Ping(context.Context) error }); ok {
+		s.ping = p.Ping
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{s.gauge, s.fallbacks} {
@@ -125,83 +167,114 @@ func New(cfg Config) (*Store, error) {
 // Degraded reports whether decisions currently bypass the primary.
 func (s *Store) Degraded() bool { return s.degraded.Load() }
 
+// Timeout returns the bound on each call to the primary.
+func (s *Store) Timeout() time.Duration { return s.cfg.Timeout }
+
 // outage reports whether err means the primary failed (rather than the
-// request being invalid or the caller giving up).
+// request being invalid, the caller giving up, or the store answering and
+// refusing: an error in err's chain with Refused() true, as redisstore's
+// for OOM or READONLY, is returned to the caller as is, on_store_error not
+// applying and the circuit staying closed).
 func outage(ctx context.Context, err error) bool {
+	var r interface{ Refused() bool }
 	switch {
 	case err == nil, errors.Is(err, store.ErrInvalidItem), errors.Is(err, store.ErrFull), errors.Is(err, store.ErrClosed),
-		errors.Is(err, store.ErrCannotRenew), Refused(err):
+		errors.Is(err, store.ErrCannotRenew):
 		return false
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return false // the caller gave up: not the store's fault
+	case errors.As(err, &r) && r.Refused():
+		return false
 	}
 	return true
 }
 
-// Refused reports whether err says the primary was reached and refused the
-// call: an error in its chain has a method Refused() bool answering true
-// (redisstore's OOM, READONLY, NOSCRIPT, WRONGTYPE and other error
-// replies). A refusal is not an outage: on_store_error does not apply (a
-// fail_open limit must not admit without a decision while Redis keeps
-// refusing), the caller gets the error, and the primary counts as
-// reachable (a degraded wrapper returns to it).
-func Refused(err error) bool {
-	var r interface{ Refused() bool }
-	return errors.As(err, &r) && r.Refused()
+// cause returns the error that degraded the store.
+func (s *Store) cause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr == nil {
+		return store.ErrUnavailable
+	}
+	return s.lastErr
 }
 
-func (s *Store) degrade(err error) {
+func (s *Store) setCause(err error) {
 	s.mu.Lock()
 	s.lastErr = err
 	s.mu.Unlock()
+}
+
+// degrade opens the circuit: no request's call goes to the primary until
+// a probe answers.
+func (s *Store) degrade(err error) {
+	s.setCause(err)
 	s.nextProbe.Store(time.Now().Add(s.cfg.ProbeInterval).UnixNano())
 	if !s.degraded.Swap(true) {
+		s.levels.newOutage()
 		s.gauge.Set(1)
-		s.cfg.Logger.Warn("store unreachable: deciding by on_store_error until it answers",
-			"error", err.Error(), "on_store_error", s.cfg.Mode, "instances", s.cfg.Instances)
+		s.downLog.Log(slog.String("error", err.Error()), slog.String("on_store_error", s.cfg.Mode), slog.Int("instances", s.cfg.Instances))
+	}
+	if s.ping != nil && s.probing.CompareAndSwap(false, true) {
+		go s.probe()
 	}
 }
 
 func (s *Store) recover() {
 	if s.degraded.Swap(false) {
 		s.gauge.Set(0)
-		s.cfg.Logger.Info("store reachable again: decisions use it")
+		s.upLog.Log()
 	}
 }
 
 // usePrimary reports whether this call should go to the primary: always
-// when healthy; while degraded, one call per probe interval.
+// when healthy; while degraded never when a background probe runs (a
+// primary with Ping), else one call per probe interval.
 func (s *Store) usePrimary() bool {
 	if !s.degraded.Load() {
 		return true
+	}
+	if s.ping != nil {
+		return false
 	}
 	next := s.nextProbe.Load()
 	now := time.Now().UnixNano()
 	return now >= next && s.nextProbe.CompareAndSwap(next, now+int64(s.cfg.ProbeInterval))
 }
 
-// Take implements store.Store.
+// Take implements store.Store. While the primary answers, local-mode token
+// buckets remember the level it reported for each key; when it fails, a
+// key's local bucket starts from this instance's share of that level
+// (refilled since at the limit's rate, at most the share's capacity), not
+// full; and when the primary answers again, before any request is sent to
+// it, every key decided locally is lowered on it (store.Adjustment.Lower)
+// to Instances times what its local bucket holds, so that a Redis that
+// lost its data (restarted empty) does not start those keys full.
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
 	if err := store.Validate(items); err != nil {
 		return store.Result{}, err
 	}
-	var cause error
-	if s.usePrimary() {
-		r, err := s.cfg.Primary.Take(ctx, items)
-		if !outage(ctx, err) {
-			if err == nil || Refused(err) {
-				s.recover()
-			}
-			return r, err
-		}
-		s.degrade(err)
-		cause = err
-	} else {
-		s.mu.Lock()
-		cause = s.lastErr
-		s.mu.Unlock()
+	if !s.usePrimary() {
+		return s.fallback(ctx, items, s.cause())
 	}
-	return s.fallback(ctx, items, cause)
+	r, err := s.takePrimary(ctx, items)
+	if !outage(ctx, err) {
+		if err == nil {
+			s.recoverFromCall()
+			s.levels.observe(s, items)
+		}
+		return r, err
+	}
+	s.degrade(err)
+	return s.fallback(ctx, items, err)
+}
+
+// recoverFromCall closes the circuit after a call that went to the primary
+// while degraded (a primary without Ping: the probe is a request's call).
+func (s *Store) recoverFromCall() {
+	if s.degraded.Load() && s.ping == nil {
+		s.recover()
+	}
 }
 
 func (s *Store) mode(sp *store.Spec) string {
@@ -244,6 +317,15 @@ func (s *Store) fallback(ctx context.Context, items []store.Item, cause error) (
 	if len(local) == 0 {
 		return res, nil
 	}
+	// Local decisions wait while the local levels are handed back to the
+	// primary (one bounded call), then go to the primary if it took over.
+	s.handoff.RLock()
+	if !s.degraded.Load() {
+		s.handoff.RUnlock()
+		return s.Take(ctx, items)
+	}
+	defer s.handoff.RUnlock()
+	s.levels.seed(ctx, s, items, at, local)
 	if !res.Allowed { // refused already: decide the rest without taking
 		for i := range local {
 			local[i].Cost = 0
@@ -285,16 +367,21 @@ func (s *Store) scale(sp *store.Spec) *store.Spec {
 	return v.(*store.Spec)
 }
 
-// Release implements store.Store.
+// unavailable is the error of a call not sent because the store is
+// degraded.
+func (s *Store) unavailable() error {
+	return fmt.Errorf("%w (degraded: not called until it answers a probe): %w", store.ErrUnavailable, s.cause())
+}
+
+// Release implements store.Store: a lease taken locally is released
+// locally; one taken on the primary is released there, and while degraded
+// it is not sent (an error matching store.ErrUnavailable: its slots expire
+// by their TTL unless released again once the store answers).
 func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	if id, ok := strings.CutPrefix(lease.ID, localPrefix); ok {
 		return s.local.Release(ctx, store.Lease{ID: id, Keys: lease.Keys})
 	}
-	err := s.cfg.Primary.Release(ctx, lease)
-	if outage(ctx, err) {
-		s.degrade(err)
-	}
-	return err
+	return s.callPrimary(ctx, func(ctx context.Context) error { return s.cfg.Primary.Release(ctx, lease) })
 }
 
 // CanRenew reports whether the primary can renew leases (the local store
@@ -302,61 +389,56 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 func (s *Store) CanRenew() bool { return store.CanRenew(s.cfg.Primary) }
 
 // Renew implements store.Renewer: on the store that holds the lease (the
-// local one for a lease taken while degraded).
+// local one for a lease taken while degraded); a primary lease is not
+// renewed while degraded (store.ErrUnavailable).
 func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
 	if id, ok := strings.CutPrefix(lease.ID, localPrefix); ok {
 		return store.Renew(ctx, s.local, store.Lease{ID: id, Keys: lease.Keys}, ttl)
 	}
-	err := store.Renew(ctx, s.cfg.Primary, lease, ttl)
-	if outage(ctx, err) {
-		s.degrade(err)
-	}
-	return err
+	return s.callPrimary(ctx, func(ctx context.Context) error { return store.Renew(ctx, s.cfg.Primary, lease, ttl) })
 }
 
 // Adjust implements store.Store: on the primary, or while degraded on the
-// local buckets (where the items were taken then).
+// local buckets (where the items were taken then; adjustments of other
+// modes' limits are dropped).
 func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	if s.degraded.Load() {
-		local := make([]store.Adjustment, 0, len(adj))
-		for _, a := range adj {
-			if a.Spec != nil && s.mode(a.Spec) == Local {
-				a.Spec = s.scale(a.Spec)
-				if a.Op() == 'l' {
-					a.Delta /= int64(s.cfg.Instances) // this instance's share of what is left
-				}
-				local = append(local, a)
-			}
-		}
-		return s.local.Adjust(ctx, local)
+		return s.adjustLocal(ctx, adj)
 	}
-	err := s.cfg.Primary.Adjust(ctx, adj)
-	if outage(ctx, err) {
-		s.degrade(err)
-	}
-	return err
+	return s.callPrimary(ctx, func(ctx context.Context) error { return s.cfg.Primary.Adjust(ctx, adj) })
 }
 
-// Ping checks the primary (when it can be pinged) and recovers on success.
+func (s *Store) adjustLocal(ctx context.Context, adj []store.Adjustment) error {
+	local := make([]store.Adjustment, 0, len(adj))
+	for _, a := range adj {
+		if a.Spec != nil && s.mode(a.Spec) == Local {
+			a.Spec = s.scale(a.Spec)
+			if a.Op() == 'l' {
+				a.Delta /= int64(s.cfg.Instances) // this instance's share of what is left
+			}
+			local = append(local, a)
+		}
+	}
+	return s.local.Adjust(ctx, local)
+}
+
+// Ping checks the primary (when it can be pinged), bounded by the
+// timeout. While degraded it does not call it: it returns the error of
+// the last failed call or probe at once (the background probe closes the
+// circuit when the primary answers).
 func (s *Store) Ping(ctx context.Context) error {
-	p, ok := s.cfg.Primary.(interface{ Ping(context.Context) error })
-	if !ok {
+	if s.ping == nil {
 		return nil
 	}
-	if err := p.Ping(ctx); err != nil {
-		if outage(ctx, err) {
-			s.degrade(err)
-		} else if Refused(err) {
-			s.recover()
-		}
-		return err
+	if s.degraded.Load() {
+		return s.unavailable()
 	}
-	s.recover()
-	return nil
+	return s.callPrimary(ctx, s.ping)
 }
 
-// Close closes both stores.
+// Close stops the probe and closes both stores.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
 	s.local.Close()
 	return s.cfg.Primary.Close()
 }

@@ -58,7 +58,7 @@ func newRig(t *testing.T, mode string, instances int) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{srv: srv, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
-	r.fs, err = failover.New(failover.Config{Primary: rs, Mode: mode, Instances: instances, ProbeInterval: 100 * time.Millisecond,
+	r.fs, err = failover.New(failover.Config{Primary: rs, Mode: mode, Instances: instances, Timeout: timeout, ProbeInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Registerer: r.reg})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,204 @@
+// Book: request_id answers and lease records on the shared store, bounded
+// and following the failover store's circuit, kept in process while it is
+// open.
+package failover
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/book"
+)
+
+// Book wraps a shared book.Book (redisstore.NewBook) with the failover
+// store's bounds and circuit:
+//
+//   - every call to the shared book is bounded by the store's Timeout (the
+//     wrapper stops waiting at the deadline), and one that fails or times
+//     out opens the circuit as a failed decision does;
+//   - while the circuit is open nothing is sent to the shared book: a
+//     request_id is claimed, and a lease recorded, in an in-process book
+//     (book.Memory, bounded by the same Config), so that a retry, a settle
+//     or a release reaching this instance works as usual, while one
+//     reaching another instance does not find it (its request_id decides
+//     anew; its lease is unknown_lease);
+//   - a lease whose record could not be written to the shared book (the
+//     call failed or timed out) is recorded in process instead: every lease
+//     id handed out is usable later on the instance that issued it, and on
+//     every instance when the shared book took it. Lease ids recorded in
+//     process start with "local~";
+//   - Slots and TakeReceipt of a lease recorded on the shared book are not
+//     sent while the circuit is open: an error matching
+//     store.ErrUnavailable at once (the service answers 503 store_error).
+//
+// A request_id claimed on the shared book whose answer cannot be written
+// there (the store failed meanwhile) stays pending there until its
+// idempotency window ends; retries reaching the shared book are then
+// answered "did not finish" (503 retry) until it does.
+type Book struct {
+	s      *Store
+	shared book.Book
+	local  *book.Memory
+	claims sync.Map // request ids claimed locally (id + "\x00" + fp)
+}
+
+// NewBook returns shared wrapped by s's bounds and circuit; cfg bounds the
+// in-process book used while s is degraded.
+func NewBook(s *Store, shared book.Book, cfg book.Config) *Book {
+	return &Book{s: s, shared: shared, local: book.NewMemory(cfg, nil)}
+}
+
+// down reports whether a call to the shared book must not be sent.
+func (b *Book) down() bool { return b.s.degraded.Load() }
+
+// call runs one bounded call to the shared book and opens the circuit on
+// a failure (an error that is not one of the book's answers, nor mine's:
+// an error of the caller's own check); what f writes may be read only
+// when done is true.
+func (b *Book) call(ctx context.Context, f func(context.Context) error, late func(), mine func(error) bool) (done bool, err error) {
+	done, err = b.s.boundedCall(ctx, f, late)
+	if b.failed(ctx, err, done, mine) {
+		b.s.degrade(err)
+	}
+	return done, err
+}
+
+// failed reports whether a call's error is a failure of the store.
+func (b *Book) failed(ctx context.Context, err error, done bool, mine func(error) bool) bool {
+	switch {
+	case !outage(ctx, err):
+		return false
+	case !done:
+		return true
+	}
+	return !isBookAnswer(err) && (mine == nil || !mine(err))
+}
+
+// isBookAnswer reports whether err is one of the book's own answers (not
+// a failure of the store).
+func isBookAnswer(err error) bool {
+	for _, e := range []error{book.ErrMismatch, book.ErrUnknown, book.ErrSettled, book.ErrDropped} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Begin implements book.Book. The shared book's Begin (which may wait for
+// a racing first request's answer) is bounded by the timeout as a whole.
+func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
+	if !b.down() {
+		var ans []byte
+		var owner bool
+		done, err := b.call(ctx, func(ctx context.Context) error {
+			var err error
+			ans, owner, err = b.shared.Begin(ctx, id, fp)
+			return err
+		}, func() {
+			if owner { // claimed after all, too late: forget it so that retries decide
+				ctx, cancel := context.WithTimeout(context.Background(), b.s.cfg.Timeout)
+				b.shared.Finish(ctx, id, fp, nil)
+				cancel()
+			}
+		}, nil)
+		if done && !b.failed(ctx, err, done, nil) {
+			return ans, owner, err
+		}
+		if !done && !outage(ctx, err) {
+			return nil, false, err // the caller left
+		}
+	}
+	ans, owner, err := b.local.Begin(ctx, id, fp)
+	if owner {
+		b.claims.Store(id+"\x00"+fp, struct{}{})
+	}
+	return ans, owner, err
+}
+
+// Finish implements book.Book: on the book that holds the claim; a claim
+// on the shared book is not finished while the circuit is open.
+func (b *Book) Finish(ctx context.Context, id, fp string, answer []byte) {
+	if _, ok := b.claims.LoadAndDelete(id + "\x00" + fp); ok {
+		b.local.Finish(ctx, id, fp, answer)
+		return
+	}
+	if b.down() {
+		return
+	}
+	b.call(ctx, func(ctx context.Context) error { b.shared.Finish(ctx, id, fp, answer); return nil }, nil, nil)
+}
+
+// AddLease implements book.Book: on the shared book, or in process while
+// the circuit is open or when the shared book failed to take it.
+func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
+	if !b.down() {
+		var id string
+		done, err := b.call(ctx, func(ctx context.Context) error {
+			var err error
+			id, err = b.shared.AddLease(ctx, r)
+			return err
+		}, nil, nil)
+		if done && (err == nil || id != "") {
+			return id, nil // (an error after the record was written: only its place among receipts is missing)
+		}
+	}
+	id, err := b.local.AddLease(ctx, r)
+	if err != nil {
+		return "", err
+	}
+	return localPrefix + id, nil
+}
+
+// Slots implements book.Book.
+func (b *Book) Slots(ctx context.Context, id string) (store.Lease, error) {
+	if lid, ok := strings.CutPrefix(id, localPrefix); ok {
+		return b.local.Slots(ctx, lid)
+	}
+	if b.down() {
+		return store.Lease{}, b.s.unavailable()
+	}
+	var l store.Lease
+	done, err := b.call(ctx, func(ctx context.Context) error {
+		var err error
+		l, err = b.shared.Slots(ctx, id)
+		return err
+	}, nil, nil)
+	if !done {
+		return store.Lease{}, err
+	}
+	return l, err
+}
+
+// TakeReceipt implements book.Book. check runs in the call bounded by the
+// timeout (it is the caller's validation, quick).
+func (b *Book) TakeReceipt(ctx context.Context, id string, check func([]byte) error) ([]byte, error) {
+	if lid, ok := strings.CutPrefix(id, localPrefix); ok {
+		return b.local.TakeReceipt(ctx, lid, check)
+	}
+	if b.down() {
+		return nil, b.s.unavailable()
+	}
+	var rc []byte
+	var checkErr error
+	chk := check
+	if check != nil {
+		chk = func(raw []byte) error { checkErr = check(raw); return checkErr }
+	}
+	done, err := b.call(ctx, func(ctx context.Context) error {
+		var err error
+		rc, err = b.shared.TakeReceipt(ctx, id, chk)
+		return err
+	}, nil, func(err error) bool { return checkErr != nil && err == checkErr })
+	if !done {
+		return nil, err
+	}
+	return rc, err
+}
+
+// Dropped implements book.Book: receipts dropped by the shared book's cap
+// and by the in-process one's.
+func (b *Book) Dropped() uint64 { return b.shared.Dropped() + b.local.Dropped() }
