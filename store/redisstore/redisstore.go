@@ -42,6 +42,16 @@
 // same tag. On a cluster, a request whose keys span slots is reserved slot
 // by slot (in parallel) and, if any slot refuses, the reservations that
 // succeeded are refunded exactly; see Take for the precision boundary.
+//
+// A failed call's error is an *Error with a class (Classify): unreachable
+// (no answer), or Redis answering and refusing — oom, readonly, noscript,
+// wrongtype, other — which Error.Refused reports, and which store/failover
+// does not take for an outage. At maxmemory under noeviction a call is
+// repeated through an allow-oom entry point of the function library: a
+// request on existing keys is decided as usual, one that would create a
+// key is refused (an *Error matching store.ErrFull) and takes nothing.
+// ErrorCounts counts failed calls by class; Ping probes a decision. Open
+// stops (ErrConfig) when Redis refuses the connection's settings.
 package redisstore
 
 import (
