@@ -94,6 +94,10 @@ func TestServeRedisOOMDecidesNoAdmissionWithoutDecision(t *testing.T) {
 	if got := checks(t, p, "newco", 150); got[200] != 0 || got[503] != 150 {
 		t.Fatalf("new tenant at OOM: %v, want 150 answered 503 store_full", got)
 	}
+	// A request_id's answer is a new key: such a check is not decided.
+	if code, body := call(t, p, "POST", "/v1/check", `{"descriptors":{"tenant":"acme"},"request_id":"r-1"}`); code != 503 || !strings.Contains(body, "OOM") {
+		t.Fatalf("check with a request_id at OOM: %d %s", code, body)
+	}
 	code, body := call(t, p, "GET", "/readyz", "")
 	if code != 200 || !strings.Contains(body, `"status":"degraded"`) || !strings.Contains(body, `"store":"refusing"`) ||
 		!strings.Contains(body, `"store_error_class":"oom"`) || !strings.Contains(body, "OOM command not allowed") {
