@@ -332,14 +332,6 @@ func (s *Store) entryLocked(x int, it store.Item, now int64) *entry {
 	return e
 }
 
-// pruneLocked forfeits e's tokens that are no longer spendable at now.
-func (s *Store) pruneLocked(e *entry, now int64) {
-	if d := e.tokens - e.spendable(now); d > 0 {
-		e.tokens -= d
-		s.leased.Add(-d)
-	}
-}
-
 // spendLocked takes every item's cost from what fetches took for it (got,
 // nil: nothing) and its lease (each has enough).
 func (s *Store) spendLocked(items []store.Item, ents []*entry, got []int64, now int64) {
@@ -486,72 +478,6 @@ func (s *Store) fetch(ctx context.Context, need []store.Item, needAt []int, defi
 		}
 	}
 	return true, nil
-}
-
-// expireLocked stops e's tokens from being spent and queues them for
-// return (the janitor sends them; no round trip under a shard lock).
-func (s *Store) expireLocked(key string, e *entry) {
-	if e.tokens <= 0 {
-		return
-	}
-	s.leased.Add(-e.tokens)
-	s.pendMu.Lock()
-	s.pend = append(s.pend, e.ret(key))
-	s.pendMu.Unlock()
-	e.tokens = 0
-}
-
-// janitor returns the tokens of expired and idle leases.
-func (s *Store) janitor() {
-	defer close(s.done)
-	t := time.NewTicker(max(s.ttl/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.sweep(false)
-		}
-	}
-}
-
-// sweep returns the tokens of leases past their TTL (all of them when
-// all is set) and forgets keys idle for a TTL.
-func (s *Store) sweep(all bool) {
-	now := s.now()
-	s.pendMu.Lock()
-	rets := s.pend
-	s.pend = nil
-	s.pendMu.Unlock()
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, e := range sh.m {
-			s.pruneLocked(e, now)
-			if e.tokens > 0 && (all || e.expires <= now) {
-				rets = append(rets, e.ret(k))
-				s.leased.Add(-e.tokens)
-				e.tokens = 0
-			}
-			if e.tokens == 0 && e.flight == nil && (all || now-e.lastUse > int64(s.ttl)) {
-				delete(sh.m, k)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	var adj []store.Adjustment
-	for _, r := range rets {
-		if a, ok := r.adjustment(now); ok {
-			adj = append(adj, a)
-		}
-	}
-	if len(adj) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.trips.Add(1)
-		s.inner.Adjust(ctx, adj)
-	}
 }
 
 // Adjust implements store.Store (on the shared store).
