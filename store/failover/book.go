@@ -88,13 +88,19 @@ func isBookAnswer(err error) bool {
 	return false
 }
 
-// Begin implements book.Book. The shared book's Begin (which may wait for
-// a racing first request's answer) is bounded by the timeout as a whole.
+// Begin implements book.Book. The shared book's Begin, which may wait for
+// a racing first request's answer, is bounded by the timeout as a whole:
+// when it does not answer in time (a frozen store, or a first request
+// still deciding) the request is told the first did not finish (nil, not
+// owner: the service answers 503 retry), and a ping in the background
+// tells the two apart (it opens the circuit if the store does not answer
+// either). A store that fails outright opens the circuit at once, and the
+// id is claimed in process.
 func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
 	if !b.down() {
 		var ans []byte
 		var owner bool
-		done, err := b.call(ctx, func(ctx context.Context) error {
+		done, err := b.s.boundedCall(ctx, func(ctx context.Context) error {
 			var err error
 			ans, owner, err = b.shared.Begin(ctx, id, fp)
 			return err
@@ -104,13 +110,17 @@ func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
 				b.shared.Finish(ctx, id, fp, nil)
 				cancel()
 			}
-		}, nil)
-		if done && !b.failed(ctx, err, done, nil) {
+		})
+		switch {
+		case done && !b.failed(ctx, err, done, nil):
 			return ans, owner, err
-		}
-		if !done && !outage(ctx, err) {
+		case !outage(ctx, err):
 			return nil, false, err // the caller left
+		case !done || errors.Is(err, context.DeadlineExceeded):
+			b.s.suspect()
+			return nil, false, nil
 		}
+		b.s.degrade(err)
 	}
 	ans, owner, err := b.local.Begin(ctx, id, fp)
 	if owner {

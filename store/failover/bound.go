@@ -102,6 +102,23 @@ func (s *Store) takePrimary(ctx context.Context, items []store.Item) (store.Resu
 	return res, nil
 }
 
+// suspect checks the primary in the background after a call that did not
+// answer in time but may have been waiting on purpose (a book's Begin
+// waiting for a racing first request): one bounded ping at a time, which
+// opens the circuit if it fails. Without Ping, nothing.
+func (s *Store) suspect() {
+	if s.ping == nil || s.degraded.Load() || !s.confirming.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.confirming.Store(false)
+		ctx := context.Background()
+		if err := s.bounded(ctx, s.ping, nil); outage(ctx, err) {
+			s.degrade(err)
+		}
+	}()
+}
+
 // probe pings the primary once per probe interval while degraded, each
 // ping bounded by the timeout, and hands back to it when one answers. One
 // probe runs at a time (s.probing).

@@ -229,3 +229,31 @@ func TestLocalLevelsAcrossAnEmptyRestart(t *testing.T) {
 		t.Fatalf("a key not used during the outage: %+v %v", res, err)
 	}
 }
+
+// A racing retry on a healthy Redis (its first request still deciding)
+// waits at most the timeout, is told the first did not finish, and does not
+// open the circuit.
+func TestBookRacingRetryIsNotAnOutage(t *testing.T) {
+	r := newRig(t, failover.FailOpen, 1)
+	b := rigBook(t, r)
+	ctx := context.Background()
+	if _, owner, err := b.Begin(ctx, "race", "fp"); !owner || err != nil {
+		t.Fatalf("first claim: owner %v, %v", owner, err)
+	}
+	start := time.Now()
+	ans, owner, err := b.Begin(ctx, "race", "fp")
+	if d := time.Since(start); d > timeout+50*time.Millisecond {
+		t.Fatalf("a racing retry waited %v (timeout %v)", d, timeout)
+	}
+	if ans != nil || owner || err != nil {
+		t.Fatalf("a racing retry past the timeout: %q, owner %v, %v (want: did not finish)", ans, owner, err)
+	}
+	time.Sleep(2 * timeout) // (the background ping)
+	if r.fs.Degraded() {
+		t.Fatal("a racing retry opened the circuit on a healthy Redis")
+	}
+	b.Finish(ctx, "race", "fp", []byte("first"))
+	if ans, owner, err := b.Begin(ctx, "race", "fp"); owner || err != nil || string(ans) != "first" {
+		t.Fatalf("a retry after the first finished: %q, owner %v, %v", ans, owner, err)
+	}
+}

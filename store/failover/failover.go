@@ -94,23 +94,24 @@ var ErrTimeout = fmt.Errorf("%w: no answer within the store timeout", store.ErrU
 
 // Store is the failover wrapper. It is safe for concurrent use.
 type Store struct {
-	cfg       Config
-	local     *memstore.Store
-	ping      func(context.Context) error // the primary's Ping, or nil
-	degraded  atomic.Bool
-	probing   atomic.Bool  // the background prober runs
-	nextProbe atomic.Int64 // Unix ns (primaries without Ping)
-	scaled    sync.Map     // *store.Spec -> *store.Spec (local budget)
-	gauge     prometheus.Gauge
-	fallbacks *prometheus.CounterVec
-	downLog   *ratelog.Message
-	upLog     *ratelog.Message
-	mu        sync.Mutex
-	lastErr   error
-	levels    levels       // local mode: the shared levels last seen, the keys decided locally
-	handoff   sync.RWMutex // held (write) while the local levels are handed back
-	closed    chan struct{}
-	closeOnce sync.Once
+	cfg        Config
+	local      *memstore.Store
+	ping       func(context.Context) error // the primary's Ping, or nil
+	degraded   atomic.Bool
+	probing    atomic.Bool  // the background prober runs
+	confirming atomic.Bool  // a suspect's ping runs
+	nextProbe  atomic.Int64 // Unix ns (primaries without Ping)
+	scaled     sync.Map     // *store.Spec -> *store.Spec (local budget)
+	gauge      prometheus.Gauge
+	fallbacks  *prometheus.CounterVec
+	downLog    *ratelog.Message
+	upLog      *ratelog.Message
+	mu         sync.Mutex
+	lastErr    error
+	levels     levels       // local mode: the shared levels last seen, the keys decided locally
+	handoff    sync.RWMutex // held (write) while the local levels are handed back
+	closed     chan struct{}
+	closeOnce  sync.Once
 }
 
 // localPrefix marks leases taken from the local store.
