@@ -312,7 +312,7 @@ func TestRefusalsDoNotScan(t *testing.T) {
 func TestCapUnderConcurrency(t *testing.T) {
 	const capN = 40
 	c := sluice.NewManualClock(storetest.Epoch)
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(capN))
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(capN), memstore.WithRefuseWhenFull()) // (LRU: TestLRUUnderConcurrency)
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 4, Rate: 100})
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 4, Window: 20 * time.Millisecond}}
 	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 30 * time.Millisecond}
