@@ -7,54 +7,118 @@
 # the race detector, after a short fuzzing pass over every fuzz target and
 # one iteration of every comparison benchmark in the bench/ module.
 #
-# Environment: FUZZTIME (default 5s per target; 0 skips fuzzing).
+# Caddy and Traefik, for the forward-auth recipes of docs/proxies.md, are
+# built from their Go modules (tools/caddy, tools/traefik) in the
+# background from the start, at a lower priority, and cached per machine
+# (~/.cache/sluice/): a later run reuses them. Each step prints its elapsed
+# seconds, and the run ends with a table of them.
+#
+# Environment: FUZZTIME (default 5s per target; 0 skips fuzzing),
+# SLUICE_TOOLS_CACHE (where the Caddy and Traefik builds are cached;
+# default ${XDG_CACHE_HOME:-~/.cache}/sluice).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 STATICCHECK_VERSION=v0.8.2
 FUZZTIME=${FUZZTIME:-5s}
 
-step() { printf '\n== %s\n' "$*"; }
+# step starts a step, closing the one before with its elapsed seconds; the
+# EXIT trap prints every step's time.
+run_start=$(date +%s)
+step_name="" step_start=$run_start
+step_times=()
+step_done() {
+	if [ -n "$step_name" ]; then
+		local now; now=$(date +%s)
+		step_times+=("$(printf '%5ds  %s' $((now - step_start)) "$step_name")")
+		printf '   (%ds)\n' $((now - step_start))
+	fi
+}
+step() {
+	step_done
+	step_name=$*
+	step_start=$(date +%s)
+	printf '\n== %s\n' "$*"
+}
+workdir=$(mktemp -d)
+bgpids=()
+on_exit() {
+	local rc=$?
+	for pid in "${bgpids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+	step_done
+	step_name=""
+	printf '\n== step times (s)\n'
+	printf '%s\n' "${step_times[@]}"
+	printf '%5ds  total (exit %d)\n' $(($(date +%s) - run_start)) "$rc"
+	rm -rf "$workdir"
+}
+trap on_exit EXIT
 
 command -v go >/dev/null || { echo "test.sh: Go 1.26 is required (https://go.dev/dl)" >&2; exit 1; }
 export PATH="$(go env GOPATH)/bin:$PATH"
 
+# The one-time builds run at nice 10 while the steps below run (each in a
+# process group of its own, stopped if the run stops first): on a warm
+# machine they only check their cache.
+build_bg() { # name script
+	setsid nice -n 10 "$2" >"$workdir/$1.path" 2>"$workdir/$1.log" &
+	bgpids+=($!)
+	eval "${1}_pid=$!"
+}
+build_bg caddy tools/caddy/build.sh
+build_bg traefik tools/traefik/build.sh
+
 step "install tools"
+# staticcheck (Go module proxy) in the background while Debian's packages
+# install.
+staticcheck_pid=""
 if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
-	go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
+	go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" >"$workdir/staticcheck.log" 2>&1 &
+	staticcheck_pid=$!
+fi
+# Debian packages, all missing ones in one apt-get install (one update),
+# without their recommended packages: as root directly, else through sudo
+# when there is one; otherwise it says what to install and stops.
+#   redis-server, redis-cli: the Redis tests start their own servers.
+#   python3 (>= 3.9, with venv) and Node (>= 18, with npm): the clients.
+#   prometheus: promtool validates what /metrics serves.
+#   chromium: headless, loads the live page in cmd/sluice's TestLivePage.
+#   nginx: docs/proxies.md's forward-auth recipe (TestForwardAuthNginx).
+missing=()
+need() { # package command...
+	local pkg=$1; shift
+	for c in "$@"; do
+		if ! command -v "$c" >/dev/null && [ ! -x "/usr/sbin/$c" ]; then missing+=("$pkg"); return; fi
+	done
+}
+need redis-server redis-server
+need redis-tools redis-cli
+need python3 python3
+need nodejs node
+need npm npm
+need prometheus promtool
+need curl curl
+need chromium chromium
+need nginx nginx
+if ! command -v python3 >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then missing+=(python3-venv); fi
+if [ ! -e /etc/ssl/certs/ca-certificates.crt ]; then missing+=(ca-certificates); fi
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "installing Debian packages: ${missing[*]}"
+	as_root=()
+	if [ "$(id -u)" != 0 ]; then
+		command -v sudo >/dev/null || { echo "test.sh: install these Debian packages first (not root, and no sudo): ${missing[*]}" >&2; exit 1; }
+		as_root=(sudo)
+	fi
+	"${as_root[@]}" apt-get update -qq
+	"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ -n "$staticcheck_pid" ]; then
+	wait "$staticcheck_pid" || { cat "$workdir/staticcheck.log"; exit 1; }
 fi
 staticcheck -version
-# apt installs Debian packages: as root directly, else through sudo when
-# there is one; otherwise it says what to install and stops.
-apt_install() {
-	if [ "$(id -u)" = 0 ]; then
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
-	elif command -v sudo >/dev/null; then
-		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
-	else
-		echo "test.sh: install these Debian packages first (not root, and no sudo): $*" >&2
-		exit 1
-	fi
-}
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-	apt_install redis-server redis-tools
-fi
 redis-server --version
-# The Python and TypeScript clients (clients/): python3 >= 3.9 and Node >= 18
-# with npm, from Debian's packages when missing.
-if ! command -v python3 >/dev/null; then apt_install python3 python3-venv; fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install nodejs npm; fi
 python3 --version
 echo "node $(node --version), npm $(npm --version)"
-# promtool (Debian's prometheus package) validates what /metrics serves.
-if ! command -v promtool >/dev/null; then apt_install prometheus; fi
-if ! command -v curl >/dev/null; then apt_install curl; fi
-# Headless Chromium (Debian's package) loads the live page in cmd/sluice's
-# TestLivePage.
-if ! command -v chromium >/dev/null; then apt_install chromium; fi
-# nginx (Debian's package) for docs/proxies.md's forward-auth recipe
-# (cmd/sluice TestForwardAuthNginx).
-if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then apt_install nginx; fi
 promtool --version 2>&1 | head -1
 
 # The workspace's modules (go.work; see "Modules" in the README) are
@@ -91,12 +155,12 @@ fuzz_one() {
 	local pkg=$1 target=$2 dir=$3 corpus="$3/testdata/fuzz/$2" before after
 	for attempt in 1 2; do
 		before=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
-		if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" >/tmp/sluice-fuzz.log 2>&1; then
+		if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" >"$workdir/fuzz.log" 2>&1; then
 			return 0
 		fi
 		after=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
-		if [ "$after" != "$before" ] || ! grep -q "context deadline exceeded" /tmp/sluice-fuzz.log; then
-			cat /tmp/sluice-fuzz.log
+		if [ "$after" != "$before" ] || ! grep -q "context deadline exceeded" "$workdir/fuzz.log"; then
+			cat "$workdir/fuzz.log"
 			exit 1
 		fi
 		echo "   (Go's fuzz coordinator missed its deadline, no input written: go.dev/issue/75804; attempt $attempt)"
@@ -106,13 +170,13 @@ fuzz_one() {
 
 if [ "$FUZZTIME" != "0" ]; then
 	step "fuzz (${FUZZTIME} per target)"
-	for pkg in $(go list "${pkgs[@]}"); do
-		dir=$(go list -f '{{.Dir}}' "$pkg")
+	# (one go list for every package and its directory)
+	while read -r pkg dir; do
 		for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
 			echo "-- $pkg $target"
 			fuzz_one "$pkg" "$target" "$dir"
 		done
-	done
+	done < <(go list -f '{{.ImportPath}} {{.Dir}}' "${pkgs[@]}")
 fi
 
 step "benchmarks compile and run once (bench/)"
@@ -124,11 +188,12 @@ step "shared provider budget across worker processes (bench/llmproof)"
 (cd bench && GOWORK=off go test -count=1 -run TestProof ./llmproof/)
 
 # The clients, against a real sluice serve their tests start: the binary
-# built once here. The TypeScript build (npm ci: typescript, pinned in
-# package-lock.json) also serves cmd/sluice's cross-language test below.
+# built once here, for them and for cmd/sluice's tests (SLUICE_BIN). The
+# TypeScript build (npm ci: typescript, pinned in package-lock.json) also
+# serves cmd/sluice's cross-language test below.
 step "clients: build (sluice, @sluice/client) and install (sluice_client)"
-clientdir=$(mktemp -d)
-trap 'rm -rf "$clientdir"' EXIT
+clientdir=$workdir/clients
+mkdir -p "$clientdir"
 go build -o "$clientdir/sluice" ./cmd/sluice
 (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 python3 -m venv "$clientdir/venv"
@@ -164,13 +229,26 @@ step "clients: Python tests (clients/python)"
 step "clients: TypeScript tests (clients/typescript)"
 (cd clients/typescript && SLUICE_BIN="$clientdir/sluice" node --test test/)
 
-# Caddy v2 built from its Go module (tools/caddy, outside the workspace)
-# for docs/proxies.md's forward_auth recipe (cmd/sluice TestForwardAuthCaddy).
-step "build Caddy from its Go module (tools/caddy)"
-(cd tools/caddy && GOWORK=off go build -o "$clientdir/caddy" .)
-export SLUICE_CADDY="$clientdir/caddy"
-"$SLUICE_CADDY" version
+# Caddy v2 (tools/caddy, a module outside the workspace) and Traefik v3
+# (tools/traefik), built from their Go modules in the background since the
+# start (cached per machine), for docs/proxies.md's recipes (cmd/sluice
+# TestForwardAuthCaddy, TestForwardAuthTraefik, TestForwardAuthClientCert).
+step "Caddy and Traefik from their Go modules (tools/caddy, tools/traefik; cached)"
+for tool in caddy traefik; do
+	pid_var=${tool}_pid
+	if ! wait "${!pid_var}"; then
+		echo "building $tool failed:"; cat "$workdir/$tool.log"; exit 1
+	fi
+	grep -v '^go: downloading' "$workdir/$tool.log" || true
+done
+export SLUICE_CADDY SLUICE_TRAEFIK
+SLUICE_CADDY=$(cat "$workdir/caddy.path")
+SLUICE_TRAEFIK=$(cat "$workdir/traefik.path")
+bgpids=()
+echo "caddy: $SLUICE_CADDY ($("$SLUICE_CADDY" version | head -1))"
+echo "traefik: $SLUICE_TRAEFIK ($("$SLUICE_TRAEFIK" version | sed -n 's/^Version: *//p'))"
 
-# Last, so that the run closes on go test's own summary lines.
+# Last, so that the run closes on go test's own summary lines (and the
+# table of step times).
 step "go test -race"
-go test -race -count=1 "${pkgs[@]}"
+SLUICE_BIN="$clientdir/sluice" go test -race -count=1 "${pkgs[@]}"

@@ -48,6 +48,9 @@ type serveCmd struct {
 	Idempotency        time.Duration `default:"5m" help:"How long a request_id's answer is remembered (positive)."`
 	LeaseWindow        time.Duration `default:"10m" help:"How long a check's receipt is kept for /v1/settle (positive; a lease holding in-flight slots is kept until they expire)."`
 	AuthListen         string        `help:"Also serve forward-auth (/v1/auth) alone on this address, for a proxy that must reach a port of its own (policy mode)."`
+	AuthListenTLSCert  string        `name:"auth-listen-tls-cert" help:"TLS certificate file (PEM, with --auth-listen-tls-key) of --auth-listen; without it --auth-listen serves --tls-cert's." type:"path"`
+	AuthListenTLSKey   string        `name:"auth-listen-tls-key" help:"TLS key file (PEM) of --auth-listen-tls-cert." type:"path"`
+	AuthListenClientCA string        `name:"auth-listen-client-ca" help:"CA certificates (PEM): every connection to --auth-listen must present a client certificate they sign, the credential there instead of --auth-token-file's token." type:"path"`
 	Shadow             bool          `help:"Shadow mode for every limit: evaluated and counted as if enforced, never refusing (answers carry shadow_refused; metrics result=\"shadow_rejected\")."`
 	TopKeys            int           `default:"100" help:"Counters per limit for the heaviest keys (/v1/top, sluice top) over the last 15 minutes; 0: not kept."`
 	MaxReceipts        int           `default:"1000000" help:"Most receipts kept for /v1/settle, at least 1; beyond it the oldest are dropped (settle answers 404 receipt_dropped; counted in sluice_receipts_dropped_total)."`
@@ -80,6 +83,9 @@ func (c serveCmd) Validate() error {
 		return errors.New("--envoy-config is served over gRPC: give --grpc ADDR")
 	case c.EnvoyConfig != "" && c.AuthListen != "":
 		return errors.New("--auth-listen serves forward-auth from a policy's request_descriptors: it needs --config, not --envoy-config")
+	}
+	if err := c.validateAuthTLS(); err != nil {
+		return err
 	}
 	for _, x := range []struct {
 		bad   bool
@@ -177,6 +183,10 @@ func (c serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	authTLS, err := c.loadAuthTLS(tlsCfg)
+	if err != nil {
+		return err
+	}
 	reg := s.registry()
 	st, shared, err := c.openStore(log, reg)
 	if err != nil {
@@ -224,7 +234,11 @@ func (c serveCmd) Run(e *env) error {
 	authAddr := ""
 	if aln != nil {
 		authAddr = aln.Addr().String()
-		run.serveAuth(s.c, srv.AuthHandler(), aln, tlsCfg, s.log)
+		h := srv.AuthHandler()
+		if c.AuthListenClientCA != "" {
+			h = srv.AuthHandlerClientCert()
+		}
+		run.serveAuth(s.c, h, aln, authTLS, s.log)
 	}
 	s.logServing(ln.Addr().String(), grpcAddr, authAddr, tlsCfg != nil, shared.name)
 	var tick <-chan time.Time
@@ -439,7 +453,8 @@ func (c serveCmd) httpServer(h http.Handler, tlsCfg *tls.Config, fresh *freshCon
 func (s *service) logServing(httpAddr, grpcAddr, authAddr string, tlsOn bool, storeName string) {
 	common := []any{"http", httpAddr, "grpc", grpcAddr, "tls", tlsOn, "version", versionString(), "store", storeName}
 	if authAddr != "" {
-		common = append(common, "auth", authAddr)
+		common = append(common, "auth", authAddr, "auth_tls", tlsOn || s.c.AuthListenTLSCert != "",
+			"auth_client_cert", s.c.AuthListenClientCA != "")
 	}
 	if s.p != nil {
 		s.log.Info("sluice serving", append(common, "policy", s.c.Config, "policy_version", s.p.Version, "limits", len(s.p.Limits))...)

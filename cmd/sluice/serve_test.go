@@ -23,10 +23,17 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// binary is the real sluice binary, built once for the black-box tests.
+// binary is the real sluice binary, built once for the black-box tests:
+// $SLUICE_BIN when set (a binary built from this tree, as the clients'
+// tests take it; scripts/test.sh builds it once for all of them), else
+// built here.
 var binary string
 
 func TestMain(m *testing.M) {
+	if b := os.Getenv("SLUICE_BIN"); b != "" {
+		binary = b
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "sluice-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
