@@ -64,10 +64,8 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64,
 			s.keys.Add(-1)
 			return false
 		}
-		shd.lru.added()
 	}
 	adjustEntry(a, &e.entry, exists, d, wall)
-	e.used = shd.stamp(d)
 	if e.idle < shd.low {
 		shd.noteIdle(e.idle) // (a refund makes a key idle sooner)
 	}

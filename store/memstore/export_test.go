@@ -64,3 +64,7 @@ func (s *Store) CheckIdleBounds() error {
 // with state to make room for a new key, with the time of the eviction (ns
 // since the store's creation).
 func OnLRU(fn func(key string, d int64)) Option { return func(s *Store) { s.onLRU = fn } }
+
+// OnPass makes the store call fn (holding the key's shard locked) for each
+// key whose use mark the CLOCK hand cleared as it passed it.
+func OnPass(fn func(key string)) Option { return func(s *Store) { s.onPass = fn } }

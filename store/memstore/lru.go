@@ -1,241 +1,130 @@
 package memstore
 
-// Least-recently-used eviction: the room a new key gets at the cap when no
-// key is idle.
+// Eviction at the cap when no key is idle: a CLOCK (second chance) hand
+// over every shard's buckets and windows, an approximation of least
+// recently used that costs a bit a key.
 
 import (
-	"cmp"
 	"math"
-	"slices"
 	"sync/atomic"
 )
 
 // WithRefuseWhenFull makes the store keep every key that has state at the
 // cap: a request needing a new key when no key is idle is refused with a
-// *store.FullError, as before least-recently-used eviction (see the
-// package documentation). A flood of new keys then locks new keys out
-// until the flood's keys are idle again, which may take a window's length.
+// *store.FullError, as before eviction of keys in use (see the package
+// documentation). A flood of new keys then locks new keys out until the
+// flood's keys are idle again, which may take a window's length.
 func WithRefuseWhenFull() Option { return func(s *Store) { s.refuseFull = true } }
 
-// lruPoolSize is how many of a shard's least recently used keys one scan
-// ranks: a scan costs a few ns a key, so at the cap a new key pays about
-// (shard keys × a few ns) / lruPoolSize for its room (1,000,000 keys:
-// under a µs).
-const lruPoolSize = 128
+// clockHand is the store's CLOCK hand: which shard it is in (the low 6
+// bits) and how many times it went round (the rest); each shard keeps
+// where in its table the hand is (table.hand) and the last lap the hand
+// finished in it (shard.lap), so that an evictor holding a stale hand
+// does not pass a shard twice in one lap.
+type clockHand = atomic.Uint64
 
-// lruCand is a ranked key: its entry and the use stamp it had when ranked
-// (the entry was used since, or holds another key, when its stamp differs:
-// stamps only grow, and an entry reused by a new key gets a later one).
-type lruCand struct {
-	used int64
-	idx  uint32
-}
-
-// lruPool is a shard's least recently used buckets and windows, as ranked
-// by its last scan (rank), oldest first; cands[at:] are not yet taken.
-// Every key of the shard not among them was used after all of them (a key
-// not ranked was used later than the last ranked one, and a use or a new
-// key takes a later stamp than any given before), so the first valid
-// candidate is the shard's least recently used key.
-type lruPool struct {
-	cands []lruCand
-	at    int
-	// head is, for evictLRU's choice of a shard without its lock, a lower
-	// bound of the stamp of the shard's least recently used key;
-	// math.MinInt64 when the shard holds keys the pool does not rank
-	// (rank it first), math.MaxInt64 when it holds none.
-	head atomic.Int64
-}
-
-// stamp returns a use stamp for a key of locked shard shd used at d: d,
-// or one more than the shard's last stamp when that is not earlier, so
-// that stamps within a shard are distinct and only grow (across shards
-// they are times: the order of uses up to a clock's resolution).
-func (shd *shard) stamp(d int64) int64 {
-	if d <= shd.last {
-		d = shd.last + 1
-	}
-	shd.last = d
-	return d
-}
-
-// added records that locked shard shd gained a bucket or window: when its
-// pool has no candidate left, it must be ranked again before evictLRU can
-// take its least recently used key.
-func (p *lruPool) added() {
-	if p.at >= len(p.cands) && p.head.Load() != math.MinInt64 {
-		p.head.Store(math.MinInt64)
-	}
-}
-
-// publish sets head from the pool of locked shard shd.
-func (p *lruPool) publish(shd *shard) {
-	switch {
-	case p.at < len(p.cands):
-		p.head.Store(p.cands[p.at].used)
-	case shd.m.n > 0:
-		p.head.Store(math.MinInt64)
-	default:
-		p.head.Store(math.MaxInt64)
-	}
-}
-
-// evictLRU makes room for one new key at time d by evicting the least
-// recently used bucket or window of the store (the shard whose pool head
-// is oldest; exact with no request in flight, else as of the heads read):
-// a key found idle on the way counts as an idle eviction, any other as an
-// LRU one (it had state, which its next request starts without). Lease
-// sets are never evicted with live leases. It locks one shard at a time,
-// called holding none, and returns how many keys it evicted (more than one
-// when a scan found idle keys), leaving their count in s.keys for the
-// caller; 0 when no bucket or window is held.
+// evictLRU makes room for one new key at time d by moving the CLOCK hand
+// until it evicts a bucket or window: the hand passes the entries of
+// shard 0 in index order, then shard 1's, and so on to shard 63's and
+// round again. A key it passes has its use mark cleared when set (it was
+// used, or created, since the hand last passed it), else it is evicted:
+// an idle eviction when it is idle at d (makeRoom evicted the idle keys
+// it could find first), else an LRU one (it had state, which its next
+// request starts without). So a key used since the hand last passed it
+// is not evicted before the hand has passed every other key held once
+// more. Lease sets are never passed
+// (never evicted with live leases). It locks one shard at a time, called
+// holding none, and returns how many keys it evicted (1, its count left
+// in s.keys for the caller); 0 when two laps found no bucket or window.
 func (s *Store) evictLRU(d int64) int {
-	for range shardCount * (lruPoolSize + 2) { // (each round ranks a shard, or passes a candidate, or evicts a key)
-		best, bh := -1, int64(math.MaxInt64)
-		for i := range s.shards {
-			if h := s.shards[i].lru.head.Load(); h < bh {
-				best, bh = i, h
-			}
-		}
-		if best < 0 {
-			return 0
-		}
-		shd := &s.shards[best]
-		var key string
-		var withState bool
-		n := 0
+	empty := 0 // shards passed without an eviction
+	for empty <= 2*shardCount+1 {
+		h := s.hand.Load()
+		lap, shd := h/shardCount, &s.shards[h%shardCount]
 		shd.mu.Lock()
-		if shd.lru.head.Load() == math.MinInt64 {
-			n = s.rank(shd, d) // (idle keys found: evicted, room made)
-		} else {
-			key, withState, n = s.popLRU(shd, d, bh)
+		if shd.lap > lap { // another evictor finished this shard's lap: reload
+			shd.mu.Unlock()
+			continue
+		}
+		key, withState, ok := s.passShard(shd, d)
+		if !ok {
+			shd.lap = lap + 1
+			s.hand.CompareAndSwap(h, h+1)
 		}
 		shd.mu.Unlock()
-		if n > 0 {
-			if withState {
-				s.lruEvicted.Add(1)
-				if s.onLRU != nil {
-					s.onLRU(key, d)
-				}
-			}
-			return n
+		if !ok {
+			empty++
+			continue
 		}
+		if withState {
+			s.lruEvicted.Add(1)
+			if s.onLRU != nil {
+				s.onLRU(key, d)
+			}
+		}
+		return 1
 	}
 	return 0
 }
 
-// popLRU evicts the least recently used key of locked shard shd (its pool's
-// first valid candidate) when its stamp is head, the shard's head as
-// evictLRU read it to choose the shard, and returns the key, whether it
-// had state at d (it was not idle), and 1. It returns 0 when the pool has
-// no valid candidate left (head then says the shard must be ranked again,
-// or holds no key), or when the first valid one is not head: head was
-// only a lower bound (the candidate it named was used or evicted since),
-// and another shard may now hold an older key.
-func (s *Store) popLRU(shd *shard, d, head int64) (string, bool, int) {
-	p := &shd.lru
-	for p.at < len(p.cands) {
-		c := p.cands[p.at]
-		te := shd.m.at(c.idx)
-		if te.key == "" || te.used != c.used {
-			p.at++
-			continue // evicted, or used since: a later key now
+// passShard moves the hand through locked shard shd from where it is, as
+// evictLRU says, and returns the key it evicted and whether that key had
+// state at d; ok false when the hand reached the shard's end (it then
+// stands at the shard's start for the next lap). It reads no marked
+// entry (but for OnPass): 64 marked entries in a row cost one word's test.
+func (s *Store) passShard(shd *shard, d int64) (key string, withState, ok bool) {
+	t := &shd.m
+	for t.hand < t.next {
+		i := t.hand
+		if w := &t.marks[i>>6]; i&63 == 0 && *w == math.MaxUint64 {
+			*w = 0 // 64 keys used since the hand last passed them
+			t.hand += 64
+			if s.onPass != nil {
+				for j := range uint32(64) {
+					s.onPass(t.at(i + j).key)
+				}
+			}
+			continue
 		}
-		if c.used != head {
-			break
+		t.hand++
+		if t.unmark(i) {
+			if s.onPass != nil {
+				s.onPass(t.at(i).key)
+			}
+			continue // used since the hand last passed it: a second chance
 		}
-		p.at++
-		key, withState := te.key, te.idle > d
-		shd.m.remove(shd.m.hash(key), c.idx)
+		te := t.at(i)
+		if te.key == "" {
+			continue
+		}
+		key, withState = te.key, te.idle > d
+		t.remove(t.hash(key), i)
 		s.evictions.Add(1)
-		p.publish(shd)
-		return key, withState, 1
+		return key, withState, true
 	}
-	p.publish(shd)
-	return "", false, 0
+	t.hand = 0
+	return "", false, false
 }
 
-// rank scans every key of locked shard shd at time d: it evicts the idle
-// ones (as clean does, and returns how many, leaving their count in s.keys
-// for the caller) and ranks the lruPoolSize least recently used of the
-// others into the shard's pool. Like clean it makes the shard's bound of
-// idle times exact.
-func (s *Store) rank(shd *shard, d int64) int {
-	p := &shd.lru
-	heap := p.cands[:0] // a max-heap on used of the oldest seen
-	low := int64(math.MaxInt64)
-	n := 0
-	for i := uint32(0); i < shd.m.next; i++ {
-		te := shd.m.at(i)
-		switch {
-		case te.key == "":
-			continue
-		case te.idle <= d:
-			shd.m.remove(shd.m.hash(te.key), i)
-			n++
-			continue
-		}
-		low = min(low, te.idle)
-		c := lruCand{used: te.used, idx: i}
-		if len(heap) < lruPoolSize {
-			heap = append(heap, c)
-			siftUp(heap, len(heap)-1)
-		} else if c.used < heap[0].used {
-			heap[0] = c
-			siftDown(heap, 0)
+// holdsTableKeys reports whether any shard holds a bucket or window (one
+// evictLRU can evict). It locks one shard at a time.
+func (s *Store) holdsTableKeys() bool {
+	for i := range s.shards {
+		shd := &s.shards[i]
+		shd.mu.Lock()
+		n := shd.m.n
+		shd.mu.Unlock()
+		if n > 0 {
+			return true
 		}
 	}
-	scanned := int64(shd.m.next) + int64(len(shd.leases))
-	for k, sl := range shd.leases {
-		if sl.prune(d); len(sl.ids) == 0 {
-			delete(shd.leases, k)
-			n++
-			continue
-		}
-		low = min(low, slices.Max(sl.exp))
-	}
-	slices.SortFunc(heap, func(a, b lruCand) int { return cmp.Compare(a.used, b.used) })
-	p.cands, p.at = heap, 0
-	p.publish(shd)
-	s.evictions.Add(uint64(n))
-	s.scans.Add(1)
-	shd.low, shd.calm = low, d+min(scanned*cleanCost, maxCalm)
-	shd.wake.Store(max(shd.low, shd.calm))
-	return n
-}
-
-func siftUp(h []lruCand, i int) {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if h[parent].used >= h[i].used {
-			return
-		}
-		h[parent], h[i] = h[i], h[parent]
-		i = parent
-	}
-}
-
-func siftDown(h []lruCand, i int) {
-	for {
-		l, big := 2*i+1, i
-		if l < len(h) && h[l].used > h[big].used {
-			big = l
-		}
-		if r := l + 1; r < len(h) && h[r].used > h[big].used {
-			big = r
-		}
-		if big == i {
-			return
-		}
-		h[i], h[big] = h[big], h[i]
-		i = big
-	}
+	return false
 }
 
 // EvictionsByReason returns the evictions so far by reason: idle (keys
 // whose state was a new key's again: no decision changes) and lru (keys
-// with state evicted, least recently used first, to make room for a new
-// key at the cap). Their sum is Stats().Evictions.
+// with state evicted by the CLOCK hand to make room for a new key at the
+// cap: see evictLRU for the order). Their sum is Stats().Evictions.
 func (s *Store) EvictionsByReason() (idle, lru uint64) {
 	all, l := s.evictions.Load(), s.lruEvicted.Load()
 	return all - min(l, all), l

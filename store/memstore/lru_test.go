@@ -1,8 +1,9 @@
 package memstore_test
 
-// Least-recently-used eviction at the cap: a flood of new keys locks nobody
-// out, idle keys go first, the least recently used next, a refused request
-// evicts nothing, and an evicted key gains at most one capacity.
+// Eviction at the cap: a flood of new keys locks nobody out, idle keys go
+// first, then the CLOCK hand's order (a key used since the hand last passed
+// it outlives every other key's next pass), a refused request evicts
+// nothing, and an evicted key gains at most one capacity.
 
 import (
 	"context"
@@ -25,43 +26,118 @@ import (
 
 // The flood: with a cap of 1,000, 1,200 distinct users on a 24 h
 // window, while a tenant keeps using its bucket. Every request is
-// admitted (before LRU eviction the 1,001st user on was refused for 24 h,
-// and so was the tenant once its bucket was full and evicted), the tenant
-// keeps its state throughout, and the users evicted are the oldest.
+// admitted (before eviction of keys with state the 1,001st user on was
+// refused for 24 h, and so was the tenant once its bucket was full and
+// evicted), the tenant keeps its state throughout, and every eviction
+// keeps the CLOCK order (clockModel).
 func TestFloodLocksNobodyOut(t *testing.T) {
+	for _, capN := range []int{1000, 5000} { // (5,000: about 78 keys a shard, whole words of marks)
+		flood(t, capN)
+	}
+}
+
+func flood(t *testing.T, capN int) {
 	c := sluice.NewManualClock(storetest.Epoch)
 	var evicted []string
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1000), memstore.OnLRU(func(k string, _ int64) { evicted = append(evicted, k) }))
+	m := newClockModel(t)
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(capN), memstore.OnPass(m.passed),
+		memstore.OnLRU(func(k string, d int64) { evicted = append(evicted, k); m.evicted(k, d) }))
 	day := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 100, Window: 24 * time.Hour}}
-	tenant, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1.5})
+	tenant, _ := store.NewBucketSpec(bucket.Limit{Capacity: 100, Rate: 1.5}) // (never full again: never idle)
 	ctx := context.Background()
-	for i := range 1200 {
+	users := capN * 6 / 5
+	for i := range users {
 		c.Advance(10 * time.Millisecond)
-		if _, err := take1(t, s, store.Item{Key: fmt.Sprint("user:", i), Spec: day, Cost: 1}); err != nil {
-			t.Fatalf("user %d: %v", i, err)
+		user := fmt.Sprint("user:", i)
+		if _, err := take1(t, s, store.Item{Key: user, Spec: day, Cost: 1}); err != nil {
+			t.Fatalf("cap %d, user %d: %v", capN, i, err)
 		}
+		m.used(user)
 		if i%50 == 0 { // the tenant, every 0.5 s: one token taken, 0.75 refilled
 			items := []store.Item{{Key: "tenant:acme", Spec: tenant, Cost: 1}}
 			r, err := s.Take(ctx, items)
 			if err != nil || !r.Allowed {
-				t.Fatalf("tenant at user %d: %+v %v", i, items[0].Decision, err)
+				t.Fatalf("cap %d, tenant at user %d: %+v %v", capN, i, items[0].Decision, err)
 			}
+			m.used("tenant:acme")
 		}
+		m.check()
 	}
 	if slices.Contains(evicted, "tenant:acme") {
-		t.Fatal("the tenant, in use, was evicted")
+		t.Fatalf("cap %d: the tenant, in use, was evicted", capN)
 	}
-	if st := s.Stats(); st.Keys != 1000 {
-		t.Fatalf("%+v", st)
+	if st := s.Stats(); st.Keys != int64(capN) {
+		t.Fatalf("cap %d: %+v", capN, st)
 	}
+	want := users + 1 - capN
 	idle, lru := s.EvictionsByReason()
-	if idle != 0 || lru != 201 || len(evicted) != 201 { // 1,201 keys, 1,000 held
-		t.Fatalf("evictions: %d idle, %d lru (%d seen)", idle, lru, len(evicted))
+	if idle != 0 || lru != uint64(want) || len(evicted) != want {
+		t.Fatalf("cap %d: evictions: %d idle, %d lru (%d seen), want %d lru", capN, idle, lru, len(evicted), want)
 	}
-	for i, k := range evicted { // oldest first
-		if k != fmt.Sprint("user:", i) {
-			t.Fatalf("eviction %d was %s, want user:%d", i, k, i)
+	if len(slices.Compact(slices.Sorted(slices.Values(evicted)))) != want {
+		t.Fatalf("cap %d: a key was evicted twice", capN)
+	}
+}
+
+// clockModel checks the order of evictions the package documentation
+// states, from the uses of keys (used: a request found or created the key)
+// and the CLOCK hand's passes (OnPass) and LRU evictions (OnLRU), in a
+// trace with no idle key: a key evicted was not used since the hand last
+// passed it, and since then the hand passed every other key held
+// throughout (so a key used since the hand last passed it is not evicted
+// before every other key has been passed once more).
+type clockModel struct {
+	t        *testing.T
+	seq      int
+	marked   map[string]bool // used since its last pass (by the model's account)
+	passedAt map[string]int  // seq of its last pass (0: none)
+	since    map[string]int  // seq when it was created (held since)
+	bad      []string
+}
+
+func newClockModel(t *testing.T) *clockModel {
+	return &clockModel{t: t, marked: map[string]bool{}, passedAt: map[string]int{}, since: map[string]int{}}
+}
+
+// used records a use of key (creating it when not held) after a request.
+func (m *clockModel) used(key string) {
+	m.seq++
+	if _, held := m.since[key]; !held {
+		m.since[key] = m.seq
+	}
+	m.marked[key] = true
+}
+
+func (m *clockModel) passed(key string) {
+	m.seq++
+	m.passedAt[key] = m.seq
+	m.marked[key] = false
+}
+
+func (m *clockModel) evicted(key string, _ int64) {
+	m.seq++
+	p, held := m.since[key]
+	switch {
+	case !held:
+		m.bad = append(m.bad, fmt.Sprintf("evicted %s, which is not held", key))
+	case m.marked[key] || m.passedAt[key] < p:
+		m.bad = append(m.bad, fmt.Sprintf("evicted %s, used since the hand last passed it", key))
+	}
+	for other, from := range m.since {
+		if other != key && from < m.passedAt[key] && m.passedAt[other] < m.passedAt[key] {
+			m.bad = append(m.bad, fmt.Sprintf("evicted %s (passed at %d) before the hand passed %s (held since %d, passed at %d)",
+				key, m.passedAt[key], other, from, m.passedAt[other]))
 		}
+	}
+	delete(m.since, key)
+	delete(m.marked, key)
+	delete(m.passedAt, key)
+}
+
+func (m *clockModel) check() {
+	m.t.Helper()
+	if len(m.bad) > 0 {
+		m.t.Fatal(m.bad[0])
 	}
 }
 
@@ -87,11 +163,9 @@ func TestIdleKeysGoFirst(t *testing.T) {
 	if peek[0].Decision.Remaining != 99 {
 		t.Fatalf("the key with state lost it: %+v", peek[0].Decision)
 	}
-	take1(t, s, store.Item{Key: "newer", Spec: day, Cost: 1}) // now the LRU: old-with-state (peeked at +3 s) or young-with-state (+2 s)
-	peek = []store.Item{{Key: "young-with-state", Spec: day}}
-	s.Take(context.Background(), peek)
-	if idle, lru := s.EvictionsByReason(); lru != 1 || peek[0].Decision.Remaining != 100 {
-		t.Fatalf("%d idle, %d lru; young-with-state %+v: want it evicted (used at +2 s, the other peeked at +3 s)", idle, lru, peek[0].Decision)
+	take1(t, s, store.Item{Key: "newer", Spec: day, Cost: 1}) // no key idle: one with state goes (TestClockEvictionOrder: which)
+	if idle, lru := s.EvictionsByReason(); idle != 1 || lru != 1 || s.Stats().Keys != 3 {
+		t.Fatalf("%d idle, %d lru evictions, %+v; want one key with state evicted", idle, lru, s.Stats())
 	}
 }
 
@@ -140,27 +214,18 @@ func TestRefusedRequestEvictsNothing(t *testing.T) {
 }
 
 // On a random trace of single and multi-item requests at the cap (keys
-// that never become idle in it), every LRU eviction takes a key least
-// recently used of those held: none held was used before it (a use is any
-// request that found the key, admitted or refused).
-func TestLRUEvictsTheLeastRecentlyUsed(t *testing.T) {
+// that never become idle in it), every eviction keeps the CLOCK order
+// (clockModel: a use is any request that found the key, admitted or
+// refused).
+func TestClockEvictionOrder(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
-	lastUse := map[string]int{}
-	step := 0
-	var bad []string
-	evictions := 0
-	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(50), memstore.OnLRU(func(k string, _ int64) {
+	m := newClockModel(t)
+	held := map[string]bool{}
+	step, evictions := 0, 0
+	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(50), memstore.OnPass(m.passed), memstore.OnLRU(func(k string, d int64) {
 		evictions++
-		u, held := lastUse[k]
-		if !held {
-			bad = append(bad, fmt.Sprintf("step %d: evicted %s, which is not held", step, k))
-		}
-		for other, v := range lastUse {
-			if v < u {
-				bad = append(bad, fmt.Sprintf("step %d: evicted %s (used at %d) before %s (used at %d)", step, k, u, other, v))
-			}
-		}
-		delete(lastUse, k)
+		delete(held, k)
+		m.evicted(k, d)
 	}))
 	slow, _ := store.NewBucketSpec(bucket.Limit{Capacity: 4, Rate: 1e-6})
 	win := &store.Spec{Kind: store.FixedWindow, Window: window.Limit{Limit: 3, Window: 1000 * time.Hour}}
@@ -188,15 +253,16 @@ func TestLRUEvictsTheLeastRecentlyUsed(t *testing.T) {
 		for _, it := range items {
 			// A request uses every key it found; an admitted one creates
 			// the others.
-			if _, held := lastUse[it.Key]; held || r.Allowed {
-				lastUse[it.Key] = step
+			if held[it.Key] || r.Allowed {
+				held[it.Key] = true
+				m.used(it.Key)
 			}
 		}
-		if len(bad) > 0 {
-			t.Fatal(bad[0])
+		if len(m.bad) > 0 {
+			t.Fatalf("step %d: %s", step, m.bad[0])
 		}
-		if k := s.Stats().Keys; k != int64(len(lastUse)) {
-			t.Fatalf("step %d: the store holds %d keys, the model %d", step, k, len(lastUse))
+		if k := s.Stats().Keys; k != int64(len(held)) {
+			t.Fatalf("step %d: the store holds %d keys, the model %d", step, k, len(held))
 		}
 	}
 	if evictions < 1000 {

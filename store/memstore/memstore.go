@@ -14,10 +14,13 @@
 // whole store, not per shard: a cap of N admits exactly N distinct keys,
 // whatever their hashes (see WithMaxKeys for the one limit of a shard).
 // A request that needs a new key while N are held first evicts idle keys,
-// from any shard; when none is idle it evicts the least recently used
-// bucket or window of the store (LRU: a use is any request that found the
-// key, admitted or refused), one per new key it needs, so a flood of new
-// keys never locks out new keys nor keys in use. A request refused by any
+// from any shard; when none is idle it evicts a bucket or window chosen by
+// a CLOCK hand (approximately least recently used; see evictLRU: a key
+// used since the hand last passed it — a use is its creation, any request
+// that found it, admitted or refused, or an adjustment — is not evicted
+// before the hand has passed every other key held once more), one per new
+// key it needs, so a flood of new keys never locks out new keys nor keys
+// in use. A request refused by any
 // of its items creates no key and evicts nothing, whatever the order of
 // its items (so a limit that refuses a flood, in front of per-user keys,
 // keeps it from pushing anyone out).
@@ -47,9 +50,9 @@
 // passed, and then at most once per (its keys × 100 ns, at most 1 s): so a
 // key that becomes idle less than that after its shard was last scanned
 // may wait that long before it is found (and, at the cap, a key with
-// state be evicted in its place). An LRU eviction costs no scan but one
-// per 128 evictions from a shard (the scan ranks its 128 least recently
-// used keys).
+// state be evicted in its place). An eviction by the hand costs, over
+// time, about one step per use or eviction (a use sets a key's mark, a
+// step clears it; 64 marked keys in a row cost one step).
 //
 // The room an eviction makes is counted for the request that made it
 // (other requests cannot take it first), so with LRU eviction a new key is
@@ -125,7 +128,7 @@ func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 // counted together over the whole store. A cap of n admits exactly n
 // distinct keys whatever their hashes (Stats().Keys never exceeds n; keys
 // being created by requests in flight count), and a request that would
-// hold an (n+1)th first evicts an idle key, else the least recently used
+// hold an (n+1)th first evicts an idle key, else one the CLOCK hand picks
 // (or, WithRefuseWhenFull, is refused with a *store.FullError). One limit
 // applies besides: a shard holds at
 // most MaxShardKeys buckets and windows, so a cap above MaxShardKeys is
@@ -153,11 +156,13 @@ type Store struct {
 	closed    atomic.Bool
 	noEvict   bool // tests: keep every key
 	// refuseFull keeps keys in use at the cap (WithRefuseWhenFull): a new
-	// key finding no idle key to evict is refused, not given an LRU key's
-	// room.
+	// key finding no idle key to evict is refused, not given the room of
+	// a key with state.
 	refuseFull bool
 	lruEvicted atomic.Uint64             // of evictions, keys with state (lru.go)
+	hand       clockHand                 // the CLOCK hand's lap and shard (lru.go)
 	onLRU      func(key string, d int64) // tests: each key evicted with state
+	onPass     func(key string)          // tests: each key whose use mark the hand cleared
 	shards     [shardCount]shard
 }
 
@@ -175,20 +180,17 @@ type shard struct {
 	// wake is max(low, calm), read without the lock: clean evicts nothing
 	// from the shard before it.
 	wake atomic.Int64
-	// last is the latest use stamp given in the shard (stamp), and lru its
-	// least recently used keys (lru.go).
-	last int64
-	lru  lruPool
+	// lap is the last lap of the CLOCK hand finished in the shard (lru.go).
+	lap uint64
 }
 
 // entry is a key's state (its meaning is its spec's kind's: see
-// store.State), the time (ns since t0) from which the state is new again
-// (the key is idle and can be evicted), and when the key was last used (a
-// stamp: ns since t0, strictly increasing within a shard; see stamp).
+// store.State) and the time (ns since t0) from which the state is new
+// again (the key is idle and can be evicted). Its use mark is the table's
+// (table.marks).
 type entry struct {
 	st   store.State
 	idle int64
-	used int64
 }
 
 // New returns an empty store.
@@ -210,7 +212,6 @@ func New(opts ...Option) *Store {
 		s.shards[i].leases = map[string]*slots{}
 		s.shards[i].low, s.shards[i].calm = math.MaxInt64, math.MinInt64
 		s.shards[i].wake.Store(math.MaxInt64)
-		s.shards[i].lru.head.Store(math.MaxInt64)
 	}
 	return s
 }
@@ -248,8 +249,8 @@ func shardOf(h uint64) int { return int(h & (shardCount - 1)) }
 func (s *Store) shardOf(key string) int { return shardOf(s.hash(key)) }
 
 // Take implements store.Store. A request needing a new key while the store
-// holds its cap makes room by evicting idle keys, else least recently used
-// ones (see the package documentation).
+// holds its cap makes room by evicting idle keys, else keys the CLOCK hand
+// picks (see the package documentation).
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
 	return s.take(items, false, 1, 0)
 }
@@ -391,9 +392,6 @@ func (s *Store) refuseMany(items []store.Item, m *many, borrowed bool, d, wall i
 			it.Decision = s.peek(&s.shards[m.itemShard[i]], *it, m.ents[i], d, wall)
 			it.Decision.Allowed, it.Decision.RetryAfter = true, 0
 		}
-		if e := m.ents[i]; e != nil && e.key == items[i].Key {
-			e.used = s.shards[m.itemShard[i]].stamp(d)
-		}
 		if borrowed {
 			ownKey(&items[i], m.ents[i]) // (nil for Concurrency items)
 		}
@@ -428,11 +426,7 @@ func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borro
 			if e = s.insert(shd, m.hashes[i], it.Key, m.next[i], borrowed); e != nil {
 				m.rm.held--
 				shd.noteIdle(m.next[i].idle)
-				shd.lru.added()
 			}
-		}
-		if e != nil {
-			e.used = shd.stamp(d)
 		}
 		if borrowed {
 			ownKey(it, e)
@@ -491,7 +485,6 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 			e.entry = next // (a take makes no key idle sooner: see noteIdle)
 		} else if e = s.insert(shd, h, it.Key, next, borrowed); e != nil {
 			shd.noteIdle(next.idle)
-			shd.lru.added()
 		} else {
 			s.keys.Add(-1) // (room1 checked the table has room)
 		}
@@ -499,9 +492,6 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		e.entry = next // a peek brings the state forward (as Take with several items does)
 	} else if e == nil && it.Cost > 0 {
 		s.keys.Add(-1) // refused: the new key room1 counted is not created
-	}
-	if e != nil {
-		e.used = shd.stamp(d) // (a refusal is a use too: the key's state says something)
 	}
 	if borrowed {
 		ownKey(it, e)

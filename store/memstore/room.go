@@ -34,7 +34,7 @@ type room struct {
 // retry makes room for a request whose new keys (the first, item nr.item)
 // found none at time d, in every shard, holding no lock but the one being
 // cleaned (so that it cannot deadlock with take's ordered locking): idle
-// keys first, else (unless WithRefuseWhenFull) the least recently used
+// keys first, else (unless WithRefuseWhenFull) keys the CLOCK hand picks
 // (makeRoom). It then decides the request again (nothing was taken); a
 // FullError when there is still no room or this was the last attempt.
 func (s *Store) retry(items []store.Item, borrowed bool, attempt int, nr noRoom, d int64) (store.Result, error) {
@@ -183,23 +183,12 @@ func (s *Store) fullError(key string, keys, d int64) error {
 		after = time.Duration(max(w-d, 1))
 	}
 	if !s.noEvict && !s.refuseFull && s.holdsTableKeys() {
-		// A least recently used key can make room at once: the request
+		// A key with state can make room at once: the request
 		// lost the room made for it to others, or its shard's table is at
 		// its limit.
 		after = 1
 	}
 	return &store.FullError{Keys: keys, Cap: s.maxKeys, Key: strings.Clone(key), RetryAfter: after}
-}
-
-// holdsTableKeys reports whether any shard holds a bucket or window (one
-// evictLRU can evict), by the pools' heads.
-func (s *Store) holdsTableKeys() bool {
-	for i := range s.shards {
-		if s.shards[i].lru.head.Load() != math.MaxInt64 {
-			return true
-		}
-	}
-	return false
 }
 
 // idleGrace is how long a key stays idle before a routine sweep evicts it:
@@ -217,21 +206,22 @@ func (s *Store) sweep(shd *shard, d int64) {
 	s.evict(shd, d-idleGrace, 16)
 }
 
-// makeRoom makes room for need new keys at time d, beyond the cap's free
-// room: it cleans every shard that may hold a key idle at d, then, unless
-// WithRefuseWhenFull, evicts least recently used keys (evictLRU) until
-// need fit. It returns the keys it evicted for the caller, at most need,
-// still counted against the cap (the caller's credit: its new keys take
-// them, so that other requests cannot take the room made for it first).
+// makeRoom makes room for need new keys at time d: it counts the cap's
+// free room for the caller, then cleans every shard that may hold a key
+// idle at d, then, unless WithRefuseWhenFull, evicts keys by the CLOCK
+// hand (evictLRU) until need fit. It returns the keys it counted and
+// evicted for the caller, at most need, counted against the cap (the
+// caller's credit: its new keys take them, so that other requests cannot
+// take the room first — free room included: else a request whose room
+// was partly free could lose that part to others at every attempt).
 // It locks one shard at a time and is called holding none (so it cannot
 // deadlock with take's ordered locking, nor make it wait long). A shard
 // whose wake time is after d holds no idle key and costs one atomic read.
 func (s *Store) makeRoom(d int64, need int) int {
-	need -= int(max(s.maxKeys-s.keys.Load(), 0))
-	if need <= 0 {
-		return 0
+	got := s.reserve(need)
+	if got < need {
+		got += s.cleanAll(d, need-got)
 	}
-	got := s.cleanAll(d, need)
 	for got < need && !s.refuseFull && !s.noEvict {
 		n := s.evictLRU(d)
 		if n == 0 {

@@ -7,11 +7,10 @@ import "hash/maphash"
 // key's hash (to skip most non-matching entries without touching them) and
 // the entry's index + 1 (0: empty; tomb: deleted). Entries never move, so a
 // pointer to one stays valid until it is deleted, and a key costs its
-// 56-byte entry plus 4 bytes per slot (at a load of 0.4 to 0.8) — about
-// 63 bytes, where a Go map of pointers to entries costs about 90. A chunk
-// holds 1,024 entries: 57,344 bytes, seven whole pages (256 would be
-// 14,336 bytes, which the allocator rounds up to 16,384: 8 bytes lost an
-// entry).
+// 48-byte entry, 4 bytes per slot (at a load of 0.4 to 0.8) and its use
+// mark, one bit (marks) — about 62 bytes, where a Go map of pointers to
+// entries costs about 90. A chunk holds 1,024 entries: 49,152 bytes, six
+// whole pages (the allocator rounds a large object up to whole pages).
 //
 // Not safe for concurrent use: the shard's mutex guards it.
 type table struct {
@@ -23,6 +22,11 @@ type table struct {
 	used   int      // slots not empty (live and tombstones)
 	next   uint32   // entries ever allocated (the next new index)
 	cursor uint32   // where the eviction scan resumes
+	hand   uint32   // where the CLOCK hand is (lru.go)
+	// marks holds a use mark per entry (bit i%64 of word i/64): set when
+	// get finds the entry or insert creates it, cleared by unmark (the
+	// CLOCK hand) and remove.
+	marks []uint64
 }
 
 // tentry is an entry with its key; key "" marks a free entry (store keys
@@ -49,7 +53,8 @@ func (t *table) pos(h uint64) int { return int(h>>6) & (len(t.slots) - 1) }
 
 func (t *table) at(i uint32) *tentry { return &t.chunks[i>>chunkBits][i&(chunkSize-1)] }
 
-// get returns key's entry (with the table's copy of the key), or nil.
+// get returns key's entry (with the table's copy of the key), or nil; it
+// marks the entry used.
 func (t *table) get(h uint64, key string) *tentry {
 	if t.n == 0 {
 		return nil
@@ -61,15 +66,16 @@ func (t *table) get(h uint64, key string) *tentry {
 			return nil
 		}
 		if s&^indexMask == tag && s&indexMask != tomb {
-			if e := t.at(s&indexMask - 1); e.key == key {
-				return e
+			if i := s&indexMask - 1; t.at(i).key == key {
+				t.marks[i>>6] |= 1 << (i & 63) // a use
+				return t.at(i)
 			}
 		}
 	}
 }
 
-// insert adds key (absent) with state e and returns its entry; nil when
-// the shard holds the most entries an index can name.
+// insert adds key (absent) with state e and returns its entry, marked
+// used; nil when the shard holds the most entries an index can name.
 func (t *table) insert(h uint64, key string, e entry) *tentry {
 	if t.n >= maxEntries {
 		return nil
@@ -90,8 +96,10 @@ func (t *table) insert(h uint64, key string, e entry) *tentry {
 		t.next++
 		if int(i>>chunkBits) == len(t.chunks) {
 			t.chunks = append(t.chunks, make([]tentry, chunkSize))
+			t.marks = append(t.marks, make([]uint64, chunkSize/64)...)
 		}
 	}
+	t.marks[i>>6] |= 1 << (i & 63) // a new key counts as used
 	te := t.at(i)
 	te.key, te.entry = key, e
 	t.place(h, i)
@@ -137,6 +145,7 @@ func (t *table) remove(h uint64, i uint32) {
 		}
 	}
 	*t.at(i) = tentry{}
+	t.marks[i>>6] &^= 1 << (i & 63)
 	t.free = append(t.free, i)
 	t.n--
 }
@@ -155,6 +164,14 @@ func (t *table) scan(budget int, fn func(e *entry) bool) {
 			t.remove(t.hash(te.key), i)
 		}
 	}
+}
+
+// unmark clears entry i's use mark and reports whether it was set.
+func (t *table) unmark(i uint32) bool {
+	w, b := &t.marks[i>>6], uint64(1)<<(i&63)
+	set := *w&b != 0
+	*w &^= b
+	return set
 }
 
 func (t *table) hash(key string) uint64 { return maphash.String(t.seed, key) }
