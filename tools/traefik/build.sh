@@ -28,7 +28,9 @@ work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 cp -R "$dir/." "$work/src"
 chmod -R u+w "$work/src"
-(cd "$work/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+# Without optimisations or inlining (-N -l): a test binary, and about 30 %
+# less CPU to build.
+(cd "$work/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath -gcflags "all=-N -l" \
 	-ldflags "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=${TRAEFIK_VERSION}" \
 	-o "$work/traefik" ./cmd/traefik) >&2
 mv -f "$work/traefik" "$bin"
