@@ -6,7 +6,8 @@ cmd/sluice TestClientsShareOneBudget, with the TypeScript worker beside it):
         as fast as they can; prints {"admitted": N, "refused": N, "last_ms": T}
     python3 worker.py fifo URL KEY AT_MS
         at AT_MS books one request on descriptor slow=KEY (max_wait 10 s), prints
-        {"admitted_ms": T} when it is admitted
+        {"sent_ms": S, "admitted_ms": T} (Unix ms: when it sent the booking,
+        when it was admitted)
 """
 
 import json
@@ -31,8 +32,9 @@ def main() -> None:
     c = Client(url, timeout=10)
     if mode == "fifo":
         sleep_until(int(sys.argv[4]))
+        sent = time.time() * 1000
         d = c.check({"slow": key}, max_wait=10)
-        print(json.dumps({"allowed": d.allowed, "admitted_ms": time.time() * 1000}))
+        print(json.dumps({"allowed": d.allowed, "sent_ms": sent, "admitted_ms": time.time() * 1000}))
         return
     start, until, threads = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
     counts = {"admitted": 0, "refused": 0, "last_ms": 0.0}

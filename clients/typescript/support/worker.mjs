@@ -13,8 +13,9 @@ const sleepUntil = (ms) => new Promise((r) => setTimeout(r, Math.max(ms - Date.n
 
 if (mode === "fifo") {
   await sleepUntil(Number(rest[0]));
+  const sent = Date.now();
   const d = await c.check({ descriptors: { slow: key }, maxWait: 10 });
-  console.log(JSON.stringify({ allowed: d.allowed, admitted_ms: Date.now() }));
+  console.log(JSON.stringify({ allowed: d.allowed, sent_ms: sent, admitted_ms: Date.now() }));
 } else {
   const [start, until, conc] = rest.map(Number);
   const counts = { admitted: 0, refused: 0, last_ms: 0 };
