@@ -9,7 +9,7 @@ import (
 
 // EvictionReasons are the values of sluice_evictions_total's reason label:
 // "idle", a key whose state was a new key's again (no decision changes),
-// and "lru", a key with state evicted, least recently used first, to make
+// and "lru", a key with state evicted, approximately least recently used first (a CLOCK hand), to make
 // room for a new key at the store's key cap (its next request starts anew;
 // store/memstore states the bound).
 var EvictionReasons = []string{"idle", "lru"}
@@ -43,7 +43,7 @@ func evictionMetrics(sr store.StatsReporter) []prometheus.Collector {
 	for _, r := range EvictionReasons {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "sluice_evictions_total",
-			Help:        "Keys evicted by the store, by reason: idle (state equal to a new key's) or lru (least recently used, with state, for a new key at the key cap).",
+			Help:        "Keys evicted by the store, by reason: idle (state equal to a new key's) or lru (a key with state not used since the CLOCK hand last passed it, approximately least recently used, for a new key at the key cap).",
 			ConstLabels: prometheus.Labels{"reason": r},
 		}, count(r)))
 	}

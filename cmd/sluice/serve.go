@@ -41,7 +41,7 @@ type serveCmd struct {
 	AuthTokenFile      string        `help:"File holding a bearer token required on /v1/ endpoints (compared in constant time)." type:"path"`
 	TLSCert            string        `name:"tls-cert" help:"TLS certificate file (PEM, with --tls-key), loaded before anything listens." type:"path"`
 	TLSKey             string        `name:"tls-key" help:"TLS key file (PEM)." type:"path"`
-	MaxKeys            int           `default:"1000000" help:"Most keys held in memory, at least 1; at the cap a new key evicts an idle key, else the least recently used."`
+	MaxKeys            int           `default:"1000000" help:"Most keys held in memory, at least 1; at the cap a new key evicts an idle key, else one not used since the eviction hand last passed it (approximately the least recently used)."`
 	MaxWait            time.Duration `default:"10s" help:"Cap on a request's max_wait_ms; 0: no server-side waiting (every check is decided at once)."`
 	MaxWaiting         int           `default:"1024" help:"Most requests held waiting at once, at least 1; beyond it requests are decided at once."`
 	MaxBody            int64         `default:"65536" help:"Largest request body in bytes, at least 1."`
