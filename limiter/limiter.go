@@ -578,10 +578,10 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		limits = append(limits, c.status[i])
 		limits[len(limits)-1].TokenCost = shown
 	}
+	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
 	if len(items) == 0 && req.RefuseUnmatched && !c.p.AllowUnmatched {
 		return noLimitApplies(c.p, req.Descriptors)
 	}
-	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
 	if named < len(req.Costs) {
 		return unknownLimit(req.Costs, limits)
 	}
