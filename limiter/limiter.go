@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -224,17 +224,16 @@ func WithKeyObserver(o KeyObserver) Option { return func(x *Limiter) { x.keys = 
 // Limiter checks requests against a policy. It is safe for concurrent use;
 // SetPolicy swaps the policy atomically.
 type Limiter struct {
-	st         store.Store
-	kb         store.KeyBorrower // st, when it lends keys; else nil
-	log        *slog.Logger
-	reg        prometheus.Registerer
-	keys       KeyObserver
-	shadowAll  bool
-	compiled   atomic.Pointer[compiled]
-	logs       *bucket.Bucket
-	suppressed atomic.Int64
-	m          metrics
-	bufs       sync.Pool // *scratch, for Check
+	st        store.Store
+	kb        store.KeyBorrower // st, when it lends keys; else nil
+	log       *slog.Logger
+	reg       prometheus.Registerer
+	keys      KeyObserver
+	shadowAll bool
+	compiled  atomic.Pointer[compiled]
+	logs      *ratelog.Budget
+	m         metrics
+	bufs      sync.Pool // *scratch, for Check
 }
 
 type compiled struct {
@@ -282,7 +281,7 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		o(l)
 	}
 	l.bufs.New = func() any { return newScratch() }
-	l.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
+	l.logs = ratelog.NewBudget()
 	l.m = metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",

@@ -3,7 +3,6 @@ package limiter
 // Metrics and logs of decisions.
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -114,15 +113,5 @@ func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 
 // logf writes a record within the log budget.
 func (l *Limiter) logf(level slog.Level, msg string, attrs ...slog.Attr) {
-	if l.log == nil {
-		return
-	}
-	if d, _ := l.logs.Allow(1); !d.Allowed {
-		l.suppressed.Add(1)
-		return
-	}
-	if n := l.suppressed.Swap(0); n > 0 {
-		attrs = append(attrs, slog.Int64("suppressed", n))
-	}
-	l.log.LogAttrs(context.Background(), level, msg, attrs...)
+	l.logs.Log(l.log, level, msg, attrs...)
 }
