@@ -7,14 +7,11 @@ package limiter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,170 +24,6 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
-
-// Request is one admission check.
-type Request struct {
-	// Descriptors name the request: tenant, user, api_key, route, ... They
-	// select the limits that apply and fill their key templates.
-	Descriptors map[string]string
-	// Cost is the tokens to take; 0 means the policy's cost for these
-	// descriptors (its first matching cost rule, else 1). Negative costs
-	// are refused with sluice.ErrInvalidCost.
-	Cost int64
-	// Costs overrides Cost for the limits it names (by limit name): "1
-	// request and 1,200 tokens" against a requests-per-minute and a
-	// tokens-per-minute limit is Cost 1 (or the policy's) and Costs
-	// {"tpm": 1200}. Every name must be a limit that applies to the
-	// request and is not an in-flight cap (which takes one slot whatever
-	// the cost); else the check fails with a *UnknownLimitError, or
-	// sluice.ErrInvalidCost for a negative cost or an in-flight cap, and
-	// takes nothing. A cost above its limit's capacity is a *CostError
-	// naming the limit, as for Cost.
-	Costs map[string]int64
-	// Peek reports the limits' state and takes nothing. A peek is not a
-	// decision: it is not counted in sluice_decisions_total and a peek that
-	// finds a limit refusing is not logged.
-	Peek bool
-	// MaxWait lets Check book the request in its limits' line, when it
-	// cannot be admitted now, if its turn comes within this long (and ctx's
-	// deadline): FIFO by arrival at the store (store.Item.MaxWait). Check
-	// then sleeps until the turn (unless Reserve); 0 (or less, as for
-	// bucket.Bucket.Reserve) decides at once. Only token buckets book: the
-	// other kinds must admit now.
-	MaxWait time.Duration
-	// Reserve, with MaxWait, books without sleeping: an admitted Result's
-	// Wait says when the request may act. It implies Receipt: a caller that
-	// gives up returns the booking with Settle(res.Receipt, 0) before the
-	// wait is over (and Release(res.Lease) frees its in-flight slots).
-	Reserve bool
-	// Retry marks a retried request, counted apart from original ones.
-	Retry bool
-	// Receipt asks for Result.Receipt (what was taken, for Settle); it
-	// costs an allocation, so it is off unless asked for.
-	Receipt bool
-	// RefuseUnmatched makes a check that no limit applies to fail with a
-	// *NoLimitError (matching ErrNoLimitApplies), taking nothing, unless
-	// the policy says allow_unmatched: true; without it such a check is
-	// admitted with no limits (as forward-auth and the Envoy mode do).
-	RefuseUnmatched bool
-}
-
-// LimitStatus is one applicable limit's part of a decision.
-type LimitStatus struct {
-	Name            string  `json:"name"`
-	Key             string  `json:"key"`
-	Algorithm       string  `json:"algorithm"`
-	Capacity        int64   `json:"capacity"`          // bucket capacity, window limit, or max in flight
-	RefillPerSecond float64 `json:"refill_per_second"` // 0 for windows and concurrency limits
-	TokensRemaining int64   `json:"tokens_remaining"`
-	TokenCost       int64   `json:"token_cost"`
-	Allowed         bool    `json:"allowed"`
-	// Shadow marks a limit in shadow mode (policy shadow: true, or
-	// WithShadow): evaluated and counted, never refusing; ShadowRefused is
-	// its would-be refusal (then Allowed is false, and it took nothing,
-	// while the request may be admitted).
-	Shadow        bool          `json:"shadow,omitempty"`
-	ShadowRefused bool          `json:"shadow_refused,omitempty"`
-	RetryAfter    time.Duration `json:"-"`
-	ResetAfter    time.Duration `json:"-"`
-	// Period is a quota's calendar period ("day", "week", "month",
-	// "year"); empty for other kinds.
-	Period string `json:"period,omitempty"`
-	// Window is the span a limit's capacity covers where it is not the
-	// refill time: a window limit's length, an in-flight cap's lease_ttl
-	// (the longest a slot stays taken), a quota's nominal period
-	// (policy.Limit.Span); 0 for token buckets.
-	Window time.Duration `json:"-"`
-}
-
-// MarshalJSON writes the status with retry_after_ms and reset_after_ms
-// (rounded up to the millisecond).
-func (s LimitStatus) MarshalJSON() ([]byte, error) {
-	type plain LimitStatus
-	return json.Marshal(struct {
-		plain
-		RetryAfterMS int64 `json:"retry_after_ms"`
-		ResetAfterMS int64 `json:"reset_after_ms"`
-	}{plain(s), CeilMS(s.RetryAfter), CeilMS(s.ResetAfter)})
-}
-
-// CeilMS rounds d up to whole milliseconds.
-func CeilMS(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// Result is the outcome of Check.
-type Result struct {
-	// Allowed is true when every applicable limit admitted the request.
-	Allowed bool
-	// RetryAfter is, when refused, the wait until every limit could admit
-	// (the largest of their waits).
-	RetryAfter time.Duration
-	// Lease holds in-flight slots taken by max_in_flight limits; release
-	// it with Limiter.Release (it also expires after the limit's lease_ttl).
-	Lease store.Lease
-	// Limits is the status of each applicable limit, in policy order.
-	Limits []LimitStatus
-	// Cost is the cost the request was charged (or would have been).
-	Cost int64
-	// Wait is, for an admitted Request.Reserve, how long after the
-	// decision the request may act (its booked turn); 0 otherwise.
-	Wait time.Duration
-	// Receipt records what an admitted request took, for Settle (when the
-	// request asked for it).
-	Receipt Receipt
-
-	scratch *scratch // CheckInto's working space
-}
-
-// ErrUnknownLimit is matched by an *UnknownLimitError.
-var ErrUnknownLimit = errors.New("unknown limit")
-
-// UnknownLimitError reports a per-limit cost (Request.Costs, or an actual
-// cost given to SettleCosts) naming a limit that does not apply: not in the
-// policy, not applicable to the request's descriptors, or not in the
-// receipt. Nothing was taken or settled.
-type UnknownLimitError struct {
-	Name string
-	// Applicable are the names that would have been accepted, in policy
-	// order.
-	Applicable []string
-}
-
-// Error reads `unknown limit "x": the applicable limits are "a", "b"`.
-func (e *UnknownLimitError) Error() string {
-	msg := fmt.Sprintf("%v %q", ErrUnknownLimit, e.Name)
-	if len(e.Applicable) == 0 {
-		return msg + ": no limit applies"
-	}
-	q := make([]string, len(e.Applicable))
-	for i, n := range e.Applicable {
-		q[i] = strconv.Quote(n)
-	}
-	return msg + ": the applicable limits are " + strings.Join(q, ", ")
-}
-
-// Unwrap returns ErrUnknownLimit.
-func (e *UnknownLimitError) Unwrap() error { return ErrUnknownLimit }
-
-// CostError is returned when a cost exceeds the capacity of an applicable
-// limit: such a request can never be admitted (all or nothing), so
-// retrying is useless. It matches sluice.ErrCostExceedsCapacity.
-type CostError struct {
-	Limit    string
-	Cost     int64
-	Capacity int64
-}
-
-func (e *CostError) Error() string {
-	return fmt.Sprintf("sluice: cost %d exceeds capacity %d of limit %q", e.Cost, e.Capacity, e.Limit)
-}
-
-// Unwrap makes errors.Is(err, sluice.ErrCostExceedsCapacity) true.
-func (e *CostError) Unwrap() error { return sluice.ErrCostExceedsCapacity }
 
 // Option configures New.
 type Option func(*Limiter)
