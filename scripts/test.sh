@@ -27,17 +27,26 @@ FUZZTIME=${FUZZTIME:-5s}
 run_start=$(date +%s)
 step_name="" step_start=$run_start
 step_times=()
+# cpu_s prints the CPU seconds (user + system) of every child reaped so far;
+# a step's share is the difference, and the background builds' CPU lands in
+# the step that waits for them.
+cpu_s() {
+	times >"$workdir/times" # a builtin in this shell: a pipe would fork it
+	sed -n 2p "$workdir/times" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d", n }'
+}
+step_cpu=0
 step_done() {
 	if [ -n "$step_name" ]; then
-		local now; now=$(date +%s)
-		step_times+=("$(printf '%5ds  %s' $((now - step_start)) "$step_name")")
-		printf '   (%ds)\n' $((now - step_start))
+		local now cpu; now=$(date +%s); cpu_s >"$workdir/cpu"; cpu=$(cat "$workdir/cpu")
+		step_times+=("$(printf '%5ds %6ds  %s' $((now - step_start)) $((cpu - step_cpu)) "$step_name")")
+		printf '   (%ds, %d CPU-s)\n' $((now - step_start)) $((cpu - step_cpu))
 	fi
 }
 step() {
 	step_done
 	step_name=$*
 	step_start=$(date +%s)
+	cpu_s >"$workdir/cpu"; step_cpu=$(cat "$workdir/cpu")
 	printf '\n== %s\n' "$*"
 }
 workdir=$(mktemp -d)
@@ -47,9 +56,10 @@ on_exit() {
 	for pid in "${bgpids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
 	step_done
 	step_name=""
-	printf '\n== step times (s)\n'
+	printf '\n== step times (wall s, CPU s)\n'
 	printf '%s\n' "${step_times[@]}"
-	printf '%5ds  total (exit %d)\n' $(($(date +%s) - run_start)) "$rc"
+	cpu_s >"$workdir/cpu"
+	printf '%5ds %6ds  total (exit %d)\n' $(($(date +%s) - run_start)) "$(cat "$workdir/cpu")" "$rc"
 	rm -rf "$workdir"
 }
 trap on_exit EXIT
@@ -144,7 +154,8 @@ step "lean library (scripts/lean-check.sh)"
 step "go vet + staticcheck (bench/)"
 (cd bench && GOWORK=off go vet ./... && GOWORK=off staticcheck ./...)
 
-# fuzz_one fuzzes one target for FUZZTIME. A finding writes a failing input
+# fuzz_one fuzzes one target for FUZZTIME with one worker (the other core
+# goes on with the background builds). A finding writes a failing input
 # under testdata/fuzz/ and fails the run. Go 1.26's fuzz coordinator can also
 # fail a run with a bare "context deadline exceeded" at the -fuzztime
 # boundary when its workers are starved of CPU (go.dev/issue/75804, fixed in
@@ -155,7 +166,7 @@ fuzz_one() {
 	local pkg=$1 target=$2 dir=$3 corpus="$3/testdata/fuzz/$2" before after
 	for attempt in 1 2; do
 		before=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
-		if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" >"$workdir/fuzz.log" 2>&1; then
+		if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" -parallel 1 "$pkg" >"$workdir/fuzz.log" 2>&1; then
 			return 0
 		fi
 		after=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
