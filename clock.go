@@ -1,3 +1,5 @@
+// ManualClock, the Clock that moves only when told to.
+
 package sluice
 
 import (

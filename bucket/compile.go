@@ -1,6 +1,6 @@
-package bucket
-
 // Compiling a Limit into Params: the choice of unit, time scale and tick.
+
+package bucket
 
 import (
 	"math"

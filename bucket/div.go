@@ -1,3 +1,5 @@
+// Division of 128-bit numbers by a fixed 64-bit divisor through a precomputed reciprocal.
+
 package bucket
 
 import "math/bits"

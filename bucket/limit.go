@@ -1,3 +1,5 @@
+// Limit, what a token bucket holds and gains, and its constructors (PerSecond, Every, RatePer, ...).
+
 package bucket
 
 import (

@@ -1,3 +1,5 @@
+// Params: a Limit compiled to exact integer arithmetic over a bucket's state (its representation, below), and the transitions on it.
+
 package bucket
 
 import (

@@ -1,3 +1,5 @@
+// Comparing algorithms: a policy's limits counted by another kind (As, Algorithms).
+
 package sim
 
 import (

@@ -1,3 +1,5 @@
+// Example traces: pulse, steady and burst (Generate).
+
 package sim
 
 import (

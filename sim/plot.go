@@ -1,3 +1,5 @@
+// Plots of a simulation: offered and admitted rates over time, one panel per run (Plot).
+
 package sim
 
 import (

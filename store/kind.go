@@ -1,3 +1,5 @@
+// Kind and the kind table: what a Go store must know of each kind of limit.
+
 package store
 
 import (

@@ -1,3 +1,5 @@
+// Memory, the in-process Book: request_id answers, lease records and receipts.
+
 package book
 
 import (

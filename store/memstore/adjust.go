@@ -1,6 +1,6 @@
-package memstore
-
 // Adjust: corrections to items taken earlier.
+
+package memstore
 
 import (
 	"context"

@@ -1,8 +1,8 @@
-package memstore
-
 // Eviction at the cap when no key is idle: a CLOCK (second chance) hand
 // over every shard's buckets and windows, an approximation of least
 // recently used that costs a bit a key.
+
+package memstore
 
 import (
 	"math"

@@ -1,6 +1,6 @@
-package memstore
-
 // Room for keys: the cap, eviction of idle keys and the store-full error.
+
+package memstore
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
-package memstore
-
 // In-flight slots (Concurrency items): taking, expiring and releasing them.
+
+package memstore
 
 import (
 	"context"

@@ -1,3 +1,5 @@
+// A shard's table of keys: open addressing over entries in fixed-size chunks.
+
 package memstore
 
 import "hash/maphash"

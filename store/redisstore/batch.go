@@ -1,6 +1,6 @@
-package redisstore
-
 // Batching: concurrent Takes share script calls, at most maxInFlight at once.
+
+package redisstore
 
 import (
 	"context"

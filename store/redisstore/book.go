@@ -1,3 +1,5 @@
+// Book in Redis: request_id answers and lease records, shared by every instance on the store.
+
 package redisstore
 
 import (

@@ -1,6 +1,6 @@
-package redisstore
-
 // Redis Cluster: hash slots, and all-or-nothing over several slots (reserve, then undo).
+
+package redisstore
 
 import (
 	"context"

@@ -1,6 +1,6 @@
-package redisstore
-
 // The script's arguments (spec parameters, the clock) and its reply's decoding.
+
+package redisstore
 
 import (
 	"crypto/sha256"

@@ -1,8 +1,8 @@
-package redisstore
-
 // Errors: what a failed Redis call means (unreachable, or reachable and
 // refusing, by class), counted per class, and the configuration errors
 // Open reports.
+
+package redisstore
 
 import (
 	"context"

@@ -1,6 +1,6 @@
-package redisstore
-
 // Options: the URL Open parses and the Option values of Open and New.
+
+package redisstore
 
 import (
 	"fmt"

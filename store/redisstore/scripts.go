@@ -1,3 +1,5 @@
+// The Redis store's Lua code and how it is loaded (a function library, else scripts).
+
 package redisstore
 
 import (

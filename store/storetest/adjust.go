@@ -1,8 +1,8 @@
-package storetest
-
 // The conformance cases of what changes a key after its decision:
 // adjustments (settles), bookings (FIFO, all or nothing, cancel), pauses,
 // ceilings (Lower) and saturating charges.
+
+package storetest
 
 import (
 	"context"

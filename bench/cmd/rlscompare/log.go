@@ -1,3 +1,5 @@
+// Gubernator's logging, silenced for the measurement.
+
 package main
 
 import (
