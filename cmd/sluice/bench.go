@@ -1,3 +1,5 @@
+// sluice bench: a load generator against a sluice on this machine (HTTP or gRPC), and what a run measured.
+
 package main
 
 import (

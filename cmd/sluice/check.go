@@ -1,3 +1,5 @@
+// sluice check: a policy file or an Envoy configuration directory validated and summarised.
+
 package main
 
 import (

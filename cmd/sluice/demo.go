@@ -1,3 +1,5 @@
+// sluice demo: reference vectors of docs/behaviour.md replayed.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// JSON lines: one value per line, as the commands print them.
+
 package main
 
 import "encoding/json"

@@ -1,3 +1,5 @@
+// sluice serve: its flags, their validation, and the services it starts.
+
 package main
 
 import (

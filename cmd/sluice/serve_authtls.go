@@ -1,7 +1,7 @@
-package main
-
 // The TLS of --auth-listen: its own certificate, and client certificates
 // (--auth-listen-client-ca) as the credential of forward-auth.
+
+package main
 
 import (
 	"crypto/tls"

@@ -1,6 +1,6 @@
-package main
-
 // Serving and stopping: the servers, their connections, the drain.
+
+package main
 
 import (
 	"context"

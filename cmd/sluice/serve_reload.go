@@ -1,6 +1,6 @@
-package main
-
 // Reloading the configuration in force.
+
+package main
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
-package main
-
 // The Redis store's error counter, sluice_redis_errors_total{class}.
+
+package main
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

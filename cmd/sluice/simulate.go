@@ -1,3 +1,5 @@
+// sluice simulate: a generated trace, or a trace replayed against a policy (outcomes, plot, summary).
+
 package main
 
 import (

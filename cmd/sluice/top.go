@@ -1,3 +1,5 @@
+// sluice top: the heaviest keys of a running sluice (GET /v1/top), as tables.
+
 package main
 
 import (
