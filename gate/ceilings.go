@@ -1,7 +1,7 @@
-package gate
-
 // Ceilings and pauses of one budget: Lower, LowerAll, PauseDimension, and
 // finding a dimension's bucket.
+
+package gate
 
 import (
 	"log/slog"

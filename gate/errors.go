@@ -1,3 +1,5 @@
+// Errors a call through a gate may return to it: server retry hints (WithRetryAfter) and retryable errors.
+
 package gate
 
 import (

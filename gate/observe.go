@@ -1,6 +1,6 @@
-package gate
-
 // Observability: Stats, Events and the logs.
+
+package gate
 
 import (
 	"context"

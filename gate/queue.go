@@ -1,6 +1,6 @@
-package gate
-
 // The FIFO queue: booking a waiting caller, waking it, removing it.
+
+package gate
 
 import (
 	"context"

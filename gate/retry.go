@@ -1,6 +1,6 @@
-package gate
-
 // Retries: the wait before a retry (server hints, jittered backoff) and the budget a caller may wait.
+
+package gate
 
 import (
 	"context"

@@ -1,8 +1,8 @@
-package gate
-
 // A gate shared through a store (Config.Store): its budgets, in-flight
 // slots and pauses live in the store under the gate's name, so that every
 // gate of that name on that store, in any process, shares them.
+
+package gate
 
 import (
 	"context"

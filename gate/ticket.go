@@ -1,7 +1,7 @@
-package gate
-
 // Tickets: an admission reserved ahead of its call (Reserve), settled
 // against what the call used and released; the charges of call options.
+
+package gate
 
 import (
 	"context"
