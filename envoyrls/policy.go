@@ -1,3 +1,5 @@
+// PolicyService: Envoy's RateLimitService decided by a sluice policy (limiter.CheckMany).
+
 package envoyrls
 
 import (

@@ -1,3 +1,5 @@
+// Service: Envoy's RateLimitService over a store, configured by Envoy's own files.
+
 package envoyrls
 
 import (

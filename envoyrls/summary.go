@@ -1,3 +1,5 @@
+// Summaries of a loaded Envoy configuration, in the shape of its files.
+
 package envoyrls
 
 import (

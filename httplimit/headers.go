@@ -1,3 +1,5 @@
+// Parsing what a server says of its limits: Retry-After, the RateLimit field, the retry hint of an answer.
+
 package httplimit
 
 import (

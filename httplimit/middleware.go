@@ -1,3 +1,5 @@
+// The HTTP middleware (Middleware) and the KeyFuncs that name a request's descriptors.
+
 package httplimit
 
 import (

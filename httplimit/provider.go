@@ -1,7 +1,7 @@
-package httplimit
-
 // Providers' rate-limit headers: what an API says about its own limits on
 // every answer.
+
+package httplimit
 
 import (
 	"net/http"

@@ -1,6 +1,6 @@
-package limiter
-
 // CheckMany: several requests in one store call, each all or nothing.
+
+package limiter
 
 import (
 	"context"

@@ -1,6 +1,6 @@
-package limiter
-
 // Metrics and logs of decisions.
+
+package limiter
 
 import (
 	"errors"

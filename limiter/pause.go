@@ -1,6 +1,6 @@
-package limiter
-
 // Pauses: a server's retry hint seen by one caller, applied to every caller.
+
+package limiter
 
 import (
 	"context"

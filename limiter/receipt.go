@@ -1,6 +1,6 @@
-package limiter
-
 // Receipts: what an admitted check took, and Settle, which corrects it.
+
+package limiter
 
 import (
 	"context"

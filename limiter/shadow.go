@@ -1,7 +1,7 @@
-package limiter
-
 // Shadow limits (policy shadow: true, WithShadow): the one rule of how
 // they are decided and reported, for Check and CheckMany.
+
+package limiter
 
 import (
 	"log/slog"

@@ -1,7 +1,7 @@
-package limiter
-
 // The types of a check: its request, result and per-limit status, and the
 // errors a check returns for a bad request.
+
+package limiter
 
 import (
 	"encoding/json"

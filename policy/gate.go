@@ -1,7 +1,7 @@
-package policy
-
 // new_key_gate: the limit a request must pass before a limit's new key is
 // created, and its validation.
+
+package policy
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
-package policy
-
 // The kinds of limit as the validator knows them: one table, a parse function per kind.
+
+package policy
 
 import (
 	"errors"

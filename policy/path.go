@@ -1,8 +1,8 @@
-package policy
-
 // The request path as sluice matches it (CleanPath): percent-escapes
 // decoded and dot segments resolved as servers resolve them, and the
 // paths servers disagree on refused.
+
+package policy
 
 import (
 	"errors"

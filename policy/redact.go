@@ -1,3 +1,5 @@
+// Redaction: descriptor values shown hashed in logs and key listings (Redacts, DisplayKey).
+
 package policy
 
 import (

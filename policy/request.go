@@ -1,7 +1,7 @@
-package policy
-
 // Descriptors read from an HTTP request (request_descriptors): for
 // forward-auth (/v1/auth), where a proxy forwards the request it guards.
+
+package policy
 
 import (
 	"fmt"

@@ -1,3 +1,5 @@
+// The validator: a policy's YAML tree walked, every problem collected, in file order.
+
 package policy
 
 import (

@@ -1,6 +1,6 @@
-package server
-
 // Activity per limit over the last minutes, for the live page: GET /v1/stats.
+
+package server
 
 import (
 	_ "embed"

@@ -1,7 +1,7 @@
-package server
-
 // Forward-auth: GET|POST /v1/auth, asked by a proxy (nginx auth_request,
 // Caddy forward_auth, Traefik ForwardAuth) about the request it guards.
+
+package server
 
 import (
 	"fmt"

@@ -1,3 +1,5 @@
+// The bodies of /v1/check, /v1/release, /v1/pause and /v1/settle, and their validation.
+
 package server
 
 import (

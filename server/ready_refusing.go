@@ -1,7 +1,7 @@
-package server
-
 // /readyz when the store answers and refuses: Redis at maxmemory, a
 // replica, a library it will not load.
+
+package server
 
 import (
 	"errors"

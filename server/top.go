@@ -1,6 +1,6 @@
-package server
-
 // The heaviest keys: GET /v1/top, from a KeyObserver the limiter feeds.
+
+package server
 
 import (
 	"net/http"
