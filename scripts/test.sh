@@ -262,4 +262,4 @@ echo "traefik: $SLUICE_TRAEFIK ($("$SLUICE_TRAEFIK" version | sed -n 's/^Version
 # Last, so that the run closes on go test's own summary lines (and the
 # table of step times).
 step "go test -race"
-SLUICE_BIN="$clientdir/sluice" go test -race -count=1 "${pkgs[@]}"
+SLUICE_BIN="$clientdir/sluice" go test -race -shuffle=on -count=1 "${pkgs[@]}"
