@@ -1,4 +1,5 @@
-// Package answer turns decisions into answers, once for every surface:
+// Package answer renders decisions and errors into answers (headers, HTTP
+// statuses, JSON error codes, gRPC codes), once for every surface:
 // the choice of a decision's most constraining limit, its RateLimit and
 // RateLimit-Policy fields and Retry-After, and the mapping of errors to an
 // HTTP status, an error code and a gRPC code. The HTTP middleware, the
