@@ -71,7 +71,7 @@ func receiptBytes(t *testing.T, n int, marshal func(limiter.Receipt) ([]byte, er
 // receipt of two limits before (the JSON encoding, 211 B here, under a
 // record, an id string and a FIFO entry of 40 B); now at most 216 B
 // (about 190: the compact encoding, 78 B, and about 100 B of book).
-// README's --max-receipts row states the figure.
+// The --max-receipts row of docs/service.md's flag table states the figure.
 func TestReceiptMemory(t *testing.T) {
 	per, sample := receiptBytes(t, 200_000, limiter.Receipt.MarshalCompact)
 	t.Logf("%.0f B of heap per kept receipt (two limits; a receipt encodes to %d B: %q)", per, len(sample), sample)

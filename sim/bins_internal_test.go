@@ -19,11 +19,11 @@ func TestScaleFromSpan(t *testing.T) {
 		rateName string
 	}{
 		{0.1, 100 * time.Millisecond, "s", "second"},
-		{19.6, 100 * time.Millisecond, "s", "second"}, // the README's pulse: 5 admissions per 100 ms bin
+		{19.6, 100 * time.Millisecond, "s", "second"}, // docs/policy.md's pulse: 5 admissions per 100 ms bin
 		{60, 100 * time.Millisecond, "s", "second"},
 		{60.1, 200 * time.Millisecond, "s", "second"},
 		{3600, 10 * time.Second, "min", "second"},
-		{72 * 3600, 10 * time.Minute, "h", "minute"}, // the README's quota trace
+		{72 * 3600, 10 * time.Minute, "h", "minute"}, // docs/policy.md's quota trace
 		{30 * 86400, 2 * time.Hour, "days", "hour"},
 		{600 * 86400, 24 * time.Hour, "days", "hour"},
 		{601 * 86400, 48 * time.Hour, "days", "hour"},
@@ -39,7 +39,7 @@ func TestScaleFromSpan(t *testing.T) {
 	}
 }
 
-// spanTrace replays the README's quota policy (examples/quotas.yaml) over
+// spanTrace replays docs/policy.md's quota policy (examples/quotas.yaml) over
 // a steady trace of d seconds.
 func spanTrace(t *testing.T, rate, d float64) []Named {
 	t.Helper()
@@ -63,7 +63,7 @@ func spanTrace(t *testing.T, rate, d float64) []Named {
 }
 
 // The points a figure draws are bounded whatever the trace's length (the
-// README's 72 h quota trace drew 2.6 million per rate line in 100 ms
+// docs/policy.md's 72 h quota trace drew 2.6 million per rate line in 100 ms
 // bins), and the panels say the bins and units they use.
 func TestPlotPointsBoundedWhateverTheSpan(t *testing.T) {
 	for _, c := range []struct {
@@ -106,7 +106,7 @@ func TestPlotPointsBoundedWhateverTheSpan(t *testing.T) {
 	}
 }
 
-// The README's 72 h quota trace, drawn: the rate panel shows the daily
+// docs/policy.md's 72 h quota trace, drawn: the rate panel shows the daily
 // quota's refusals as admitted falling to 0 per minute while 0.6 per
 // minute are offered (SLUICE_PLOT_DIR keeps the pictures to look at).
 func TestPlotQuotaTrace(t *testing.T) {

@@ -67,7 +67,7 @@ func replay(t *testing.T, src, kind string, o GenerateOptions, algorithms ...str
 }
 
 // figures are the cases every property is checked on: a steady trace no
-// limit refuses (no series touches 0), the README's pulse under each
+// limit refuses (no series touches 0), docs/policy.md's pulse under each
 // algorithm, and bursts against two limits of very different capacities.
 // They are replayed once and shared: build and draw only read them.
 func figures(t *testing.T) map[string][]Named {

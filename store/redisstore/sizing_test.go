@@ -1,4 +1,4 @@
-// The sizing rule of the README's Redis section, measured on a real
+// The sizing rule of docs/distributed.md ("Sizing Redis"), measured on a real
 // redis-server: bytes per key (INFO used_memory over many keys, and
 // MEMORY USAGE of one) and the TTL of each kind of key.
 
@@ -33,7 +33,7 @@ func usedMemory(t *testing.T, addr string) int64 {
 	return n
 }
 
-// The README's sizing rule: per kind, the most bytes a key takes in Redis
+// docs/distributed.md's sizing rule: per kind, the most bytes a key takes in Redis
 // (jemalloc, Redis 7) with the 28-byte key names used here (prefix
 // "sluice:", kind letter, a 19-byte item key), and its TTL. Measured:
 // 2,000 keys of each kind on an empty Redis.
