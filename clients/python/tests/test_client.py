@@ -13,6 +13,8 @@ import unittest
 from sluice_client import (AsyncClient, BadRequest, Client, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable,
                            SluiceError, Unauthorized)
 
+from sluice_client._client import _ERRORS, _error
+
 from ._serve import Serve
 
 # The policy both clients' tests use.
@@ -29,8 +31,10 @@ def free_port() -> int:
 
 
 def setUpModule() -> None:
-    global srv, secured, storeless
+    global srv, secured, storeless, envoy
     srv = Serve(POLICY)
+    # an Envoy-config service: it decides over gRPC only
+    envoy = Serve("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per_ip, unit: minute, requests_per_unit: 1}\n", envoy=True)
     secured = Serve(POLICY, "--auth-token-file", Serve.file("s3cret\n"))
     # a store nobody answers on, failing closed: every check is a 503 store_error
     storeless = Serve(POLICY, "--store", f"redis://127.0.0.1:{free_port()}", "--store-timeout", "200ms", "--on-store-error", "fail_closed")
@@ -40,6 +44,7 @@ def tearDownModule() -> None:
     srv.stop()
     secured.stop()
     storeless.stop()
+    envoy.stop()
 
 
 _n = 0
@@ -133,15 +138,21 @@ class Reserve(unittest.TestCase):
 
     def test_keyboard_interrupt_cancels_the_booking(self) -> None:
         import _thread
+        # tpm refills 1,000/s: the check empties it, the first booking is
+        # due 1 s later and the interrupted one 2 s later, so the
+        # interrupt (0.2 s in) lands in the sleep even on a slow machine.
         k = key()
+        t0 = time.monotonic()
         self.c.check(k, costs={"tpm": 1000})
+        first = self.c.reserve(k, costs={"tpm": 1000}, max_wait=5)
         threading.Timer(0.2, _thread.interrupt_main).start()
         with self.assertRaises(KeyboardInterrupt):
-            self.c.acquire(k, costs={"tpm": 800}, max_wait=3)  # sleeps 0.8 s
-        time.sleep(0.3)
-        r = self.c.reserve(k, costs={"tpm": 800}, max_wait=3)
-        self.assertLessEqual(r.wait, 0.4, "the interrupted booking came back: 800 tokens due 0.8 s after the first check, not 1.6 s")
+            self.c.acquire(k, costs={"tpm": 1000}, max_wait=5)  # sleeps ~2 s
+        r = self.c.reserve(k, costs={"tpm": 1000}, max_wait=5)
+        due = 2.0 - (time.monotonic() - t0)  # where the cancelled booking was
+        self.assertLessEqual(r.wait, due + 0.5, "the interrupted booking came back: the next one is due where it was, not 1 s later")
         r.cancel()
+        first.cancel()
 
     def test_decorator(self) -> None:
         k = key()
@@ -221,6 +232,28 @@ class Errors(unittest.TestCase):
         with self.assertRaises(ServiceUnavailable) as e:
             Client(storeless.url).check(key())
         self.assertEqual((e.exception.status, e.exception.code), (503, "store_error"))
+
+    def test_each_code_its_error(self) -> None:
+        c = Client(srv.url)
+        with self.assertRaises(BadRequest) as e:  # 64 descriptors of 1 KiB: over --max-body (64 KiB)
+            c.check({f"d{i}": "v" * 1024 for i in range(64)})
+        self.assertEqual((e.exception.status, e.exception.code), (413, "body_too_large"))
+        with self.assertRaises(BadRequest) as e:  # a base URL with a path no endpoint has
+            Client(srv.url + "/nope").check(key())
+        self.assertEqual((e.exception.status, e.exception.code), (404, "not_found"))
+        with self.assertRaises(BadRequest) as e:
+            Client(envoy.url).check(key())
+        self.assertEqual((e.exception.status, e.exception.code), (404, "no_policy"))
+        # The answers no service here gives: by the map, whatever their status; a code not in it by its status.
+        for status, code, cls in ((500, "bad_answer", SluiceError), (500, "bad_receipt", SluiceError), (503, "retry", ServiceUnavailable),
+                                  (404, "receipt_dropped", BadRequest), (422, "request_id_mismatch", BadRequest),
+                                  (503, "store_full", ServiceUnavailable), (503, "a_newer_code", ServiceUnavailable),
+                                  (409, "a_newer_code", BadRequest), (500, None, SluiceError), (429, None, RateLimited)):
+            err = _error(status, {"error": "x", "code": code}, "")
+            self.assertIs(type(err), cls, (status, code))
+            self.assertEqual((err.status, err.code, err.message), (status, code or ("rate_limited" if status == 429 else None), "sluice: x"))
+        self.assertEqual(_error(503, {"code": "store_full", "retry_after_ms": 1500}, "").retry_after, 1.5)  # type: ignore[attr-defined]
+        self.assertTrue(all(issubclass(v, SluiceError) for v in _ERRORS.values()))
 
     def test_bad_arguments_raise_before_sending(self) -> None:
         c = Client(srv.url)
