@@ -2,21 +2,30 @@ package sluice_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// Every file the README's shell commands write into the repository root
-// (go build -o F, --out F, --plot F, > F) is ignored there by a root-level
-// pattern "/F", so following the README leaves nothing untracked; and no
-// pattern for them reaches into subdirectories (examples/ keeps its
-// committed copies).
+// Every file the shell commands of README.md and of the guides (docs/*.md)
+// write into the repository root (go build -o F, --out F, --plot F, > F) is
+// ignored there by a root-level pattern "/F", so following the documents
+// leaves nothing untracked; and no pattern for them reaches into
+// subdirectories (examples/ keeps its committed copies).
 func TestGitignoreCoversReadmeOutputs(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	docs, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	var text []string
+	for _, f := range append([]string{"README.md"}, docs...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text = append(text, string(b))
 	}
 	gi, err := os.ReadFile(".gitignore")
 	if err != nil {
@@ -26,7 +35,7 @@ func TestGitignoreCoversReadmeOutputs(t *testing.T) {
 	out := regexp.MustCompile(`(?m)(?:go build -o|--out|--plot|>)\s+([A-Za-z0-9_.-]+)(?:\s|$)`)
 	var outputs []string
 	inSh := false
-	for _, line := range strings.Split(string(readme), "\n") {
+	for _, line := range strings.Split(strings.Join(text, "\n"), "\n") {
 		switch {
 		case strings.HasPrefix(line, "```sh"):
 			inSh = true
@@ -43,12 +52,12 @@ func TestGitignoreCoversReadmeOutputs(t *testing.T) {
 	}
 	for _, want := range []string{"sluice", "pulse.jsonl", "pulse-compare.png", "burst.png", "outcomes.jsonl"} {
 		if !slices.Contains(outputs, want) {
-			t.Errorf("the README's commands no longer write %s: update this test", want)
+			t.Errorf("the documents' commands no longer write %s: update this test", want)
 		}
 	}
 	for _, f := range outputs {
 		if !slices.Contains(patterns, "/"+f) {
-			t.Errorf(".gitignore lacks /%s (written by a README command)", f)
+			t.Errorf(".gitignore lacks /%s (written by a command of the documents)", f)
 		}
 		if slices.Contains(patterns, f) {
 			t.Errorf(".gitignore has %s, which also ignores examples/%s: use /%s", f, f, f)

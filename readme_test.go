@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/importer"
@@ -12,15 +13,17 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// readmeImports maps the package names README fragments may use to their
-// import paths. A fragment naming another package fails with "undefined":
-// add the package here.
+// readmeImports maps the package names the fragments of README.md and
+// docs/*.md may use to their import paths. A fragment naming another
+// package fails with "undefined": add the package here.
 var readmeImports = map[string]string{
 	"context":    "context",
 	"errors":     "errors",
@@ -33,6 +36,7 @@ var readmeImports = map[string]string{
 	"sluice":     "github.com/sluicehq/sluice",
 	"bucket":     "github.com/sluicehq/sluice/bucket",
 	"window":     "github.com/sluicehq/sluice/window",
+	"quota":      "github.com/sluicehq/sluice/quota",
 	"gate":       "github.com/sluicehq/sluice/gate",
 	"httplimit":  "github.com/sluicehq/sluice/httplimit",
 	"limiter":    "github.com/sluicehq/sluice/limiter",
@@ -42,8 +46,8 @@ var readmeImports = map[string]string{
 	"redisstore": "github.com/sluicehq/sluice/store/redisstore",
 }
 
-// readmePrelude wraps one fragment: its imports (%s), the fragment's first
-// README line (%d) and the fragment (%s). The parameters and the helpers
+// readmePrelude wraps one fragment: its imports (%s), the file and line of
+// the fragment's first line (%s, %d) and the fragment (%s). The parameters and the helpers
 // are the names fragments use without declaring them; the fragment sits in
 // a block of its own, so it may declare those names again (g, err := ...).
 const readmePrelude = `package readme
@@ -58,7 +62,7 @@ func handle(string) error                      { return nil }
 
 func fragment(ctx context.Context, g *gate.Gate, p *policy.Policy, mux *http.ServeMux, items http.Handler, hint time.Duration) error {
 	{
-//line README.md:%d:1
+//line %s:%d:1
 %s
 	}
 	return nil
@@ -72,13 +76,14 @@ var readmePreludeImports = []string{"context", "gate", "http", "policy", "time"}
 var notCompiled = regexp.MustCompile(`^<!-- not compiled(:[^>]*)? -->$`)
 
 type readmeBlock struct {
-	line int // README line of the fragment's first line
+	file string // the document, as the repository names it (README.md, docs/library.md)
+	line int    // the document's line of the fragment's first line
 	src  string
 }
 
-// readmeGoBlocks returns README's ```go blocks, those after a
-// "<!-- not compiled -->" line excepted.
-func readmeGoBlocks(t *testing.T, readme []byte) (blocks []readmeBlock, skipped int) {
+// readmeGoBlocks returns the ```go blocks of the document file holding
+// readme, those after a "<!-- not compiled -->" line excepted.
+func readmeGoBlocks(t *testing.T, file string, readme []byte) (blocks []readmeBlock, skipped int) {
 	t.Helper()
 	sc := bufio.NewScanner(bytes.NewReader(readme))
 	var prev string
@@ -91,7 +96,7 @@ func readmeGoBlocks(t *testing.T, readme []byte) (blocks []readmeBlock, skipped 
 		trimmed := strings.TrimLeft(line, " \t")
 		switch {
 		case cur == nil && strings.HasPrefix(trimmed, "```"):
-			cur = &readmeBlock{line: -1} // not compiled unless a go block
+			cur = &readmeBlock{file: file, line: -1} // not compiled unless a go block
 			if info := strings.TrimSpace(strings.TrimPrefix(trimmed, "```")); info == "go" || strings.HasPrefix(info, "go ") {
 				if notCompiled.MatchString(strings.TrimSpace(prev)) {
 					skipped++
@@ -114,18 +119,37 @@ func readmeGoBlocks(t *testing.T, readme []byte) (blocks []readmeBlock, skipped 
 		t.Fatal(err)
 	}
 	if cur != nil {
-		t.Fatalf("README.md: a code block is not closed")
+		t.Fatalf("%s: a code block is not closed", file)
 	}
 	return blocks, skipped
 }
 
 // exportData builds the packages of readmeImports with "go list -export"
-// and returns the export data file of each package they depend on.
+// and returns the export data file of each package they depend on (once
+// per test binary: the tests of README.md and of docs/ share it).
 func exportData(t *testing.T) map[string]string {
 	t.Helper()
+	exportOnce.Do(func() { exportFiles, exportErr = listExports() })
+	if exportErr != nil {
+		if errors.Is(exportErr, exec.ErrNotFound) {
+			t.Skipf("no go command to build the documents' imports: %v", exportErr)
+		}
+		t.Fatal(exportErr)
+	}
+	return exportFiles
+}
+
+var (
+	exportOnce  sync.Once
+	exportFiles map[string]string
+	exportErr   error
+)
+
+// listExports runs "go list -export" over readmeImports.
+func listExports() (map[string]string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("no go command to build the README's imports: %v", err)
+		return nil, err
 	}
 	args := []string{"list", "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}\t{{.Export}}{{end}}"}
 	for _, p := range readmeImports {
@@ -136,7 +160,7 @@ func exportData(t *testing.T) map[string]string {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -export: %v\n%s", err, stderr.Bytes())
+		return nil, fmt.Errorf("go list -export: %v\n%s", err, stderr.Bytes())
 	}
 	files := map[string]string{}
 	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
@@ -144,7 +168,7 @@ func exportData(t *testing.T) map[string]string {
 			files[path] = file
 		}
 	}
-	return files
+	return files, nil
 }
 
 // TestReadmeGoBlocksCompile type-checks every ```go block of README.md, so
@@ -157,37 +181,77 @@ func exportData(t *testing.T) map[string]string {
 // the helpers callTool(ctx) (string, error), isRateLimited(err) bool,
 // isTransient(err) bool and handle(string) error. The fragment is a block of
 // its own, so it may declare those names again. Each package the fragment
-// names (readmeImports: the standard packages the README uses and this
+// names (readmeImports: the standard packages the documents use and this
 // module's) is imported for it; a fragment must not give a variable the
 // name of one of those packages. All of go/types' errors count, unused
-// variables and imports included; they are reported at their README line.
+// variables and imports included; they are reported at their document's
+// file and line (README.md:123).
 //
 // A block that is not meant to compile (pseudo-code, or another language
 // shown as Go) is exempted by the line "<!-- not compiled -->", optionally
 // with a reason ("<!-- not compiled: pseudo-code -->"), right before its
 // opening fence. The marker is an HTML comment, so it does not show in the
-// rendered README.
+// rendered document.
 func TestReadmeGoBlocksCompile(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	if n := checkGoBlocks(t, "README.md"); n == 0 {
+		t.Fatal("no ```go blocks found in README.md")
+	}
+}
+
+// TestDocsGoBlocksCompile type-checks the ```go blocks of every guide
+// (docs/*.md) and of the other documents of the root (CHANGELOG.md,
+// CONTRIBUTING.md, BENCHMARKS.md) by the convention of
+// TestReadmeGoBlocksCompile.
+func TestDocsGoBlocksCompile(t *testing.T) {
+	guides, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, skipped := readmeGoBlocks(t, readme)
+	if len(guides) < 8 {
+		t.Fatalf("only %d guides under docs/: is the test running from the repository root?", len(guides))
+	}
+	n := 0
+	for _, f := range append(guides, "CHANGELOG.md", "CONTRIBUTING.md", "BENCHMARKS.md") {
+		if _, err := os.Stat(f); errors.Is(err, os.ErrNotExist) && !strings.HasPrefix(f, "docs") {
+			continue // (the links test requires the root's documents)
+		}
+		n += checkGoBlocks(t, filepath.ToSlash(f))
+	}
+	if n == 0 {
+		t.Fatal("no ```go blocks found in docs/*.md")
+	}
+}
+
+// checkGoBlocks type-checks the ```go blocks of file, reporting each that
+// does not compile at its file and line, and returns how many it checked.
+func checkGoBlocks(t *testing.T, file string) int {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.FromSlash(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, _ := readmeGoBlocks(t, file, doc)
 	if len(blocks) == 0 {
-		t.Fatalf("no ```go blocks found in README.md (%d exempted)", skipped)
+		return 0
 	}
 	check := fragmentChecker(t)
-	// The harness itself must catch the bug class it is for.
-	if errs := check(readmeBlock{line: 1, src: "x := 1\n"}); len(errs) != 1 || !strings.Contains(errs[0], "declared and not used: x") {
-		t.Fatalf("an unused variable gave %q, want one \"declared and not used\" error", errs)
-	}
-	if errs := check(readmeBlock{line: 1, src: "_ = gate.Config{}\n_ = bucket.PerSecond(1)\n"}); len(errs) != 0 {
-		t.Fatalf("a fragment naming gate and bucket: %q", errs)
-	}
 	for _, b := range blocks {
 		if errs := check(b); len(errs) > 0 {
-			t.Errorf("the ```go block at README.md line %d does not compile:\n\t%s", b.line-1, strings.Join(errs, "\n\t"))
+			t.Errorf("%s:%d: the ```go block does not compile:\n\t%s", b.file, b.line-1, strings.Join(errs, "\n\t"))
 		}
+	}
+	return len(blocks)
+}
+
+// The harness itself must catch the bug class it is for, and name the
+// document's file and line.
+func TestFragmentChecker(t *testing.T) {
+	check := fragmentChecker(t)
+	if errs := check(readmeBlock{file: "docs/x.md", line: 7, src: "x := 1\n"}); len(errs) != 1 || !strings.Contains(errs[0], "declared and not used: x") || !strings.HasPrefix(errs[0], "docs/x.md:7:") {
+		t.Fatalf("an unused variable gave %q, want one \"docs/x.md:7: declared and not used\" error", errs)
+	}
+	if errs := check(readmeBlock{file: "README.md", line: 1, src: "_ = gate.Config{}\n_ = bucket.PerSecond(1)\n_ = quota.Month\n"}); len(errs) != 0 {
+		t.Fatalf("a fragment naming gate, bucket and quota: %q", errs)
 	}
 }
 
@@ -210,10 +274,10 @@ func fragmentChecker(t *testing.T) func(readmeBlock) []string {
 			for _, name := range names {
 				fmt.Fprintf(&imports, "\t%q\n", readmeImports[name])
 			}
-			return fmt.Sprintf(readmePrelude, imports.String(), b.line, b.src)
+			return fmt.Sprintf(readmePrelude, imports.String(), b.file, b.line, b.src)
 		}
 		// Parse once to find the packages the fragment names.
-		f, err := parser.ParseFile(fset, "README.md", src(readmePreludeImports), parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, "fragment.go", src(readmePreludeImports), parser.SkipObjectResolution)
 		if err != nil {
 			return []string{err.Error()}
 		}
@@ -229,7 +293,7 @@ func fragmentChecker(t *testing.T) func(readmeBlock) []string {
 			return true
 		})
 		slices.Sort(names)
-		f, err = parser.ParseFile(fset, "README.md", src(names), parser.SkipObjectResolution)
+		f, err = parser.ParseFile(fset, "fragment.go", src(names), parser.SkipObjectResolution)
 		if err != nil {
 			return []string{err.Error()}
 		}
@@ -261,8 +325,8 @@ func TestReadmeGoBlocksScanner(t *testing.T) {
 		"  b := 2",                           // 15
 		"  ```",                              // 16
 	}, "\n") + "\n"
-	blocks, skipped := readmeGoBlocks(t, []byte(md))
-	want := []readmeBlock{{line: 3, src: "a := 1\n_ = a\n"}, {line: 15, src: "b := 2\n"}}
+	blocks, skipped := readmeGoBlocks(t, "x.md", []byte(md))
+	want := []readmeBlock{{file: "x.md", line: 3, src: "a := 1\n_ = a\n"}, {file: "x.md", line: 15, src: "b := 2\n"}}
 	if !slices.Equal(blocks, want) || skipped != 1 {
 		t.Fatalf("blocks %+v, skipped %d; want %+v and 1", blocks, skipped, want)
 	}
