@@ -11,8 +11,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/bucket"
@@ -37,7 +35,7 @@ func NewPolicyService(l *limiter.Limiter) *PolicyService { return &PolicyService
 // ShouldRateLimit implements the RateLimitService.
 func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	if len(req.GetDescriptors()) > MaxDescriptors {
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors)
+		return nil, grpcError(answer.Errorf(answer.BadRequest, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors))
 	}
 	hits := int64(req.GetHitsAddend())
 	if hits == 0 {
@@ -55,7 +53,7 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		lr := limiter.Request{Descriptors: desc, Cost: hits}
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d too large", i, h.GetValue())
+				return nil, grpcError(answer.Errorf(answer.BadRequest, "descriptor %d: hits_addend %d too large", i, h.GetValue()))
 			}
 			if lr.Cost = int64(h.GetValue()); lr.Cost == 0 {
 				lr.Peek = true
@@ -80,8 +78,7 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		}
 		return resp, nil
 	case err != nil:
-		p := answer.Classify(err)
-		return nil, status.Error(codes.Code(p.GRPC), p.Msg)
+		return nil, grpcError(answer.Classify(err))
 	}
 	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK}
 	if !res.Allowed {

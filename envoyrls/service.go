@@ -67,15 +67,19 @@ const (
 // checkEntries refuses a descriptor with too many or too long entries.
 func checkEntries(i int, entries []*ratelimitv3.RateLimitDescriptor_Entry) error {
 	if len(entries) > MaxEntries {
-		return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(entries), MaxEntries)
+		return grpcError(answer.Errorf(answer.BadRequest, "descriptor %d has %d entries, more than %d", i, len(entries), MaxEntries))
 	}
 	for _, e := range entries {
 		if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > MaxEntryBytes {
-			return status.Errorf(codes.InvalidArgument, "descriptor %d: an entry's key or value is longer than %d bytes", i, MaxEntryBytes)
+			return grpcError(answer.Errorf(answer.BadRequest, "descriptor %d: an entry's key or value is longer than %d bytes", i, MaxEntryBytes))
 		}
 	}
 	return nil
 }
+
+// grpcError is p as a gRPC status: the gRPC code of p's error code in
+// internal/answer's table, and p's message.
+func grpcError(p answer.Problem) error { return status.Error(codes.Code(p.GRPC), p.Msg) }
 
 type applied struct {
 	node  *Node
@@ -89,7 +93,7 @@ type applied struct {
 // ShouldRateLimit implements the RateLimitService.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	if len(req.GetDescriptors()) > MaxDescriptors {
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors)
+		return nil, grpcError(answer.Errorf(answer.BadRequest, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors))
 	}
 	cfg := s.cfg.Load()
 	c := &rlsCall{ds: make([]applied, len(req.GetDescriptors())), overall: rls.RateLimitResponse_OK}
@@ -134,7 +138,7 @@ func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node) error {
 		a.hits = hits
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d too large", i, h.GetValue())
+				return grpcError(answer.Errorf(answer.BadRequest, "descriptor %d: hits_addend %d too large", i, h.GetValue()))
 			}
 			a.hits = int64(h.GetValue()) // 0 peeks
 		}
@@ -214,7 +218,8 @@ func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
 		r, err := st.Take(ctx, items)
 		if err != nil {
 			p := answer.Classify(err)
-			return status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
+			p.Msg = "store: " + p.Msg
+			return grpcError(p)
 		}
 		if !r.Allowed {
 			c.overall = rls.RateLimitResponse_OVER_LIMIT
@@ -227,7 +232,8 @@ func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
 		}
 		if _, err := st.Take(ctx, items); err != nil {
 			p := answer.Classify(err)
-			return status.Error(codes.Code(p.GRPC), "store: "+p.Msg)
+			p.Msg = "store: " + p.Msg
+			return grpcError(p)
 		}
 	}
 	if len(c.shadow) > 0 && c.overall == rls.RateLimitResponse_OK {

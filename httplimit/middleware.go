@@ -170,7 +170,7 @@ func (m *Middleware) Handle(next http.Handler) http.Handler {
 			}
 		}
 		if err != nil {
-			answer.Errorf(http.StatusBadRequest, "bad_request", "rate limit: %v", err).Write(w)
+			answer.Errorf(answer.BadRequest, "rate limit: %v", err).Write(w)
 			return
 		}
 		req := limiter.Request{Descriptors: desc}

@@ -66,27 +66,27 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	case "401":
 		deny = http.StatusUnauthorized
 	default:
-		fail(w, http.StatusBadRequest, "bad_request", "deny %.10q must be 429, 403 or 401", r.URL.Query().Get("deny"))
+		fail(w, answer.BadRequest, "deny %.10q must be 429, 403 or 401", r.URL.Query().Get("deny"))
 		return
 	}
 	p := s.cfg.Limiter.Policy()
 	if len(p.Request) == 0 {
-		fail(w, http.StatusNotFound, "no_request_descriptors", "the policy has no request_descriptors: /v1/auth cannot read descriptors from a request")
+		fail(w, answer.NoRequestDescriptors, "the policy has no request_descriptors: /v1/auth cannot read descriptors from a request")
 		return
 	}
 	view, err := forwardedView(r)
 	if err != nil {
-		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		fail(w, answer.BadRequest, "%v", err)
 		return
 	}
 	desc, err := p.RequestDescriptors(view)
 	if err != nil { // a path servers disagree on (policy.CleanPath)
-		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		fail(w, answer.BadRequest, "%v", err)
 		return
 	}
 	cr := CheckRequest{Descriptors: desc}
 	if err := cr.Validate(); err != nil { // (the sizes /v1/check allows)
-		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		fail(w, answer.BadRequest, "%v", err)
 		return
 	}
 	res, err := s.cfg.Limiter.Check(r.Context(), limiter.Request{Descriptors: desc})

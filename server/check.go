@@ -131,7 +131,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := req.Validate(); err != nil {
-		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		fail(w, answer.BadRequest, "%v", err)
 		return
 	}
 	if req.RequestID == "" {
@@ -142,10 +142,10 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	raw, owner, err := s.book.Begin(r.Context(), req.RequestID, fp)
 	switch {
 	case errors.Is(err, book.ErrMismatch):
-		fail(w, http.StatusUnprocessableEntity, "request_id_mismatch",
+		fail(w, answer.RequestIDMismatch,
 			"request_id %.64q was used by a request with other descriptors or cost; nothing was charged", req.RequestID)
 	case err != nil:
-		fail(w, http.StatusServiceUnavailable, "store_error", "request_id: %v", err)
+		fail(w, answer.StoreError, "request_id: %v", err)
 	case owner:
 		var keep []byte
 		if a := s.decide(w, r, &req); a != nil {
@@ -157,11 +157,11 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		s.book.Finish(ctx, req.RequestID, fp, keep)
 		cancel()
 	case raw == nil:
-		fail(w, http.StatusServiceUnavailable, "retry", "the first request with this request_id did not finish")
+		fail(w, answer.Retry, "the first request with this request_id did not finish")
 	default:
 		var a reply
 		if err := json.Unmarshal(raw, &a); err != nil {
-			fail(w, http.StatusInternalServerError, "bad_answer", "the stored answer for this request_id is unreadable")
+			fail(w, answer.BadAnswer, "the stored answer for this request_id is unreadable")
 			return
 		}
 		a.write(w)
@@ -194,7 +194,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 	res, err := s.cfg.Limiter.Check(r.Context(), lr)
 	if err != nil {
 		p := answer.Classify(err)
-		if p.Status == http.StatusServiceUnavailable && p.Code != "store_full" {
+		if p.Status == http.StatusServiceUnavailable && p.Code != answer.StoreFull {
 			s.checkFailedLog.Log(slog.String("error", err.Error()))
 		}
 		p.Write(w)
@@ -291,21 +291,21 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Lease == "" {
-		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
+		fail(w, answer.BadRequest, "lease is missing")
 		return
 	}
 	slots, err := s.book.Slots(r.Context(), req.Lease)
 	switch {
 	case errors.Is(err, book.ErrUnknown):
-		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (never issued, or its slots and receipt have expired)", req.Lease)
+		fail(w, answer.UnknownLease, "no lease %.64q (never issued, or its slots and receipt have expired)", req.Lease)
 		return
 	case err != nil:
-		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		fail(w, answer.StoreError, "%v", err)
 		return
 	}
 	if slots.ID != "" {
 		if err := s.cfg.Limiter.Release(r.Context(), slots); err != nil {
-			fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+			fail(w, answer.StoreError, "%v", err)
 			return
 		}
 	}
@@ -334,19 +334,19 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	err := cr.Validate()
 	switch {
 	case err != nil:
-		fail(w, http.StatusBadRequest, "bad_request", "%v", err)
+		fail(w, answer.BadRequest, "%v", err)
 		return
 	case req.RetryAfterMS == 0:
-		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms is missing or 0 (1 to %d: 24 hours)", MaxPause.Milliseconds())
+		fail(w, answer.BadRequest, "retry_after_ms is missing or 0 (1 to %d: 24 hours)", MaxPause.Milliseconds())
 		return
 	case req.RetryAfterMS < 0 || req.RetryAfterMS > MaxPause.Milliseconds():
-		fail(w, http.StatusBadRequest, "bad_request", "retry_after_ms %d must be 1 to %d (24 hours)", req.RetryAfterMS, MaxPause.Milliseconds())
+		fail(w, answer.BadRequest, "retry_after_ms %d must be 1 to %d (24 hours)", req.RetryAfterMS, MaxPause.Milliseconds())
 		return
 	case len(req.Limits) > MaxDescriptors:
-		fail(w, http.StatusBadRequest, "bad_request", "limits names %d limits, more than %d", len(req.Limits), MaxDescriptors)
+		fail(w, answer.BadRequest, "limits names %d limits, more than %d", len(req.Limits), MaxDescriptors)
 		return
 	case req.Limits != nil && len(req.Limits) == 0:
-		fail(w, http.StatusBadRequest, "bad_request", "limits is empty: name the limits to pause, or leave it out to pause every token-bucket limit that applies")
+		fail(w, answer.BadRequest, "limits is empty: name the limits to pause, or leave it out to pause every token-bucket limit that applies")
 		return
 	}
 	until, err := s.cfg.Limiter.Pause(r.Context(), req.Descriptors, time.Duration(req.RetryAfterMS)*time.Millisecond, req.Limits)
@@ -355,7 +355,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		answer.Classify(err).Write(w)
 		return
 	case errors.Is(err, sluice.ErrInvalidLimit):
-		fail(w, http.StatusBadRequest, "bad_request", "%s", strings.TrimPrefix(err.Error(), "sluice: "))
+		fail(w, answer.BadRequest, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
 		return
 	case err != nil:
 		answer.Classify(err).Write(w)
@@ -386,18 +386,18 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case req.Lease == "":
-		fail(w, http.StatusBadRequest, "bad_request", "lease is missing")
+		fail(w, answer.BadRequest, "lease is missing")
 		return
 	case req.ActualCost == nil && len(req.ActualCosts) == 0:
-		fail(w, http.StatusBadRequest, "bad_request", "actual_cost (or actual_costs) is missing")
+		fail(w, answer.BadRequest, "actual_cost (or actual_costs) is missing")
 		return
 	case req.ActualCost != nil && *req.ActualCost < 0:
-		fail(w, http.StatusBadRequest, "bad_request", "actual_cost %d is negative", *req.ActualCost)
+		fail(w, answer.BadRequest, "actual_cost %d is negative", *req.ActualCost)
 		return
 	}
 	for n, v := range req.ActualCosts {
 		if v < 0 {
-			fail(w, http.StatusBadRequest, "bad_request", "actual_costs: cost %d for limit %.40q is negative", v, n)
+			fail(w, answer.BadRequest, "actual_costs: cost %d for limit %.40q is negative", v, n)
 			return
 		}
 	}
@@ -420,24 +420,24 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		answer.Classify(err).Write(w) // nothing changed: the lease can be settled again
 		return
 	case errors.Is(err, book.ErrUnknown):
-		fail(w, http.StatusNotFound, "unknown_lease", "no lease %.64q (never issued, or older than the lease window)", req.Lease)
+		fail(w, answer.UnknownLease, "no lease %.64q (never issued, or older than the lease window)", req.Lease)
 		return
 	case errors.Is(err, book.ErrDropped):
-		fail(w, http.StatusNotFound, "receipt_dropped",
+		fail(w, answer.ReceiptDropped,
 			"the receipt of lease %.64q was dropped: more than the --max-receipts cap were held (its cost stands as charged)", req.Lease)
 		return
 	case errors.Is(err, book.ErrSettled):
-		fail(w, http.StatusConflict, "already_settled", "lease %.64q was settled already (or took no cost)", req.Lease)
+		fail(w, answer.AlreadySettled, "lease %.64q was settled already (or took no cost)", req.Lease)
 		return
 	case errors.As(err, &br):
-		fail(w, http.StatusInternalServerError, "bad_receipt", "%v", br.err)
+		fail(w, answer.BadReceipt, "%v", br.err)
 		return
 	case err != nil:
-		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		fail(w, answer.StoreError, "%v", err)
 		return
 	}
 	if err := s.cfg.Limiter.SettleCosts(r.Context(), rec, actual, req.ActualCosts); err != nil {
-		fail(w, http.StatusServiceUnavailable, "store_error", "%v", err)
+		fail(w, answer.StoreError, "%v", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"settled": true})

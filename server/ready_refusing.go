@@ -6,6 +6,8 @@ package server
 import (
 	"errors"
 	"net/http"
+
+	"github.com/sluicehq/sluice/internal/answer"
 )
 
 // refusing answers /readyz when err, Ready's error, says the store was
@@ -30,7 +32,7 @@ func (s *Server) refusing(w http.ResponseWriter, err error) bool {
 	}
 	var d interface{ StillDecides() bool }
 	if s.cfg.ReadyRequiresStore || !errors.As(err, &d) || !d.StillDecides() {
-		rd.Status, rd.Code = "unavailable", "store_refusing"
+		rd.Status, rd.Code = "unavailable", answer.StoreRefusing
 		rd.Error = "the store answers and refuses: " + err.Error()
 		writeJSON(w, http.StatusServiceUnavailable, rd)
 		return true

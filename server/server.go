@@ -118,7 +118,7 @@ func (s *Server) AuthHandlerClientCert() http.Handler {
 	return s.authMux(func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-				fail(w, http.StatusUnauthorized, "unauthorized", "a verified client certificate is required")
+				fail(w, answer.Unauthorized, "a verified client certificate is required")
 				return
 			}
 			h(w, r)
@@ -133,7 +133,7 @@ func (s *Server) authMux(guard func(http.HandlerFunc) http.HandlerFunc) http.Han
 	mux.HandleFunc("POST /v1/auth", guard(s.forwardAuth))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		fail(w, http.StatusNotFound, "not_found", "this address serves /v1/auth only (--auth-listen)")
+		fail(w, answer.NotFound, "this address serves /v1/auth only (--auth-listen)")
 	})
 	return mux
 }
@@ -212,7 +212,10 @@ func New(cfg Config) (*Server, error) {
 			}))
 		}
 		s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-			fail(w, http.StatusNotFound, "no_policy", "this service runs Envoy's configuration: use the gRPC RateLimitService")
+			// 404, not no_policy's 503: the table names this exception.
+			p := answer.New(answer.NoPolicy, "this service runs Envoy's configuration: use the gRPC RateLimitService")
+			p.Status = http.StatusNotFound
+			p.Write(w)
 		})
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -242,9 +245,9 @@ func (s *Server) Handler() http.Handler {
 		switch rec.status {
 		case http.StatusMethodNotAllowed:
 			w.Header().Set("Allow", rec.header.Get("Allow"))
-			fail(w, rec.status, "method_not_allowed", "%s is not allowed on %.200s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow"))
+			fail(w, answer.MethodNotAllowed, "%s is not allowed on %.200s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow"))
 		case http.StatusNotFound:
-			fail(w, rec.status, "not_found", "no endpoint %.200s", r.URL.Path)
+			fail(w, answer.NotFound, "no endpoint %.200s", r.URL.Path)
 		default:
 			for k, v := range rec.header {
 				w.Header()[k] = v
@@ -275,8 +278,10 @@ func (r *statusRecorder) WriteHeader(code int) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) { answer.WriteJSON(w, status, v) }
 
-func fail(w http.ResponseWriter, status int, code, format string, args ...any) {
-	answer.Errorf(status, code, format, args...).Write(w)
+// fail answers the error code c (its status from internal/answer's table)
+// with a formatted message.
+func fail(w http.ResponseWriter, c answer.Code, format string, args ...any) {
+	answer.Errorf(c, format, args...).Write(w)
 }
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -305,7 +310,7 @@ func (s *Server) authorized(r *http.Request) bool {
 
 func (s *Server) unauthorized(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-	fail(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
+	fail(w, answer.Unauthorized, "missing or wrong bearer token")
 }
 
 // decode reads a JSON body into v: one object, known fields only, within
@@ -315,14 +320,14 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			fail(w, http.StatusRequestEntityTooLarge, "body_too_large", "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+			fail(w, answer.BodyTooLarge, "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
 		} else {
-			fail(w, http.StatusBadRequest, "bad_body", "reading the body: %v", err)
+			fail(w, answer.BadBody, "reading the body: %v", err)
 		}
 		return false
 	}
 	if err := DecodeStrict(body, v); err != nil {
-		fail(w, http.StatusBadRequest, "bad_json", "%v", err)
+		fail(w, answer.BadJSON, "%v", err)
 		return false
 	}
 	return true
@@ -475,21 +480,21 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 // error has Refused() true, see refusing) is Store "refusing", with
 // StoreError and StoreErrorClass saying why.
 type readiness struct {
-	Status          string   `json:"status"`
-	Store           string   `json:"store,omitempty"`
-	Mode            string   `json:"mode,omitempty"`
-	Modes           []string `json:"modes,omitempty"`
-	StoreError      string   `json:"store_error,omitempty"`
-	StoreErrorClass string   `json:"store_error_class,omitempty"`
-	Error           string   `json:"error,omitempty"`
-	Code            string   `json:"code,omitempty"`
+	Status          string      `json:"status"`
+	Store           string      `json:"store,omitempty"`
+	Mode            string      `json:"mode,omitempty"`
+	Modes           []string    `json:"modes,omitempty"`
+	StoreError      string      `json:"store_error,omitempty"`
+	StoreErrorClass string      `json:"store_error_class,omitempty"`
+	Error           string      `json:"error,omitempty"`
+	Code            answer.Code `json:"code,omitempty"`
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	var p *policy.Policy
 	if s.cfg.Limiter != nil {
 		if p = s.cfg.Limiter.Policy(); p == nil {
-			fail(w, http.StatusServiceUnavailable, "no_policy", "no policy loaded")
+			fail(w, answer.NoPolicy, "no policy loaded")
 			return
 		}
 	}
@@ -530,7 +535,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	// Only fail_open and local answer without the store.
 	unanswerable := func(m string) bool { return m != "fail_open" && m != "local" }
 	if s.cfg.StoreMode == "" || s.cfg.ReadyRequiresStore || slices.ContainsFunc(modes, unanswerable) {
-		rd.Status, rd.Code = "unavailable", "store_unreachable"
+		rd.Status, rd.Code = "unavailable", answer.StoreUnreachable
 		rd.Error = "the store is unreachable: " + err.Error()
 		writeJSON(w, http.StatusServiceUnavailable, rd)
 		return

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/topk"
 )
 
@@ -100,7 +101,7 @@ func (t *Keys) Query(limit, by string, span time.Duration, n int) TopAnswer {
 // top serves GET /v1/top?limit=NAME&by=refused|admitted&span=1m&n=10.
 func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Keys == nil || s.cfg.Keys.k == 0 {
-		fail(w, http.StatusNotFound, "top_off", "the heaviest keys are not kept (sluice serve --top-keys 0)")
+		fail(w, answer.TopOff, "the heaviest keys are not kept (sluice serve --top-keys 0)")
 		return
 	}
 	q := r.URL.Query()
@@ -112,22 +113,22 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if v := q.Get("span"); v != "" {
 		if span, err = time.ParseDuration(v); err != nil || span <= 0 || span > TopSpan {
-			fail(w, http.StatusBadRequest, "bad_request", "span %.40q must be a positive duration of at most %v (1m, 15m; rounded up to whole %v epochs)", v, TopSpan, TopEpoch)
+			fail(w, answer.BadRequest, "span %.40q must be a positive duration of at most %v (1m, 15m; rounded up to whole %v epochs)", v, TopSpan, TopEpoch)
 			return
 		}
 	}
 	if v := q.Get("n"); v != "" {
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			fail(w, http.StatusBadRequest, "bad_request", "n %.40q must be a whole number of at least 1", v)
+			fail(w, answer.BadRequest, "n %.40q must be a whole number of at least 1", v)
 			return
 		}
 	}
 	if limit == "" {
-		fail(w, http.StatusBadRequest, "bad_request", "limit is required: /v1/top?limit=NAME (a limit of the policy)")
+		fail(w, answer.BadRequest, "limit is required: /v1/top?limit=NAME (a limit of the policy)")
 		return
 	}
 	if by != "refused" && by != "admitted" {
-		fail(w, http.StatusBadRequest, "bad_request", "by %.40q must be refused or admitted", by)
+		fail(w, answer.BadRequest, "by %.40q must be refused or admitted", by)
 		return
 	}
 	names := []string{}
@@ -137,7 +138,7 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) {
 		found = found || l.Name == limit
 	}
 	if !found {
-		fail(w, http.StatusBadRequest, "unknown_limit", "limit %.64q is not in the policy (limits: %v)", limit, names)
+		fail(w, answer.UnknownLimit, "limit %.64q is not in the policy (limits: %v)", limit, names)
 		return
 	}
 	ans := s.cfg.Keys.Query(limit, by, span, min(n, s.cfg.Keys.k))

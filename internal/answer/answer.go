@@ -1,10 +1,11 @@
 // Package answer renders decisions and errors into answers (headers, HTTP
 // statuses, JSON error codes, gRPC codes), once for every surface:
 // the choice of a decision's most constraining limit, its RateLimit and
-// RateLimit-Policy fields and Retry-After, and the mapping of errors to an
-// HTTP status, an error code and a gRPC code. The HTTP middleware, the
-// HTTP/JSON service and the Envoy RateLimitService all render through it,
-// so the same decision reads the same everywhere.
+// RateLimit-Policy fields and Retry-After, and the error table: every
+// error code (Code) with its HTTP status and gRPC code (Table, Problem).
+// The HTTP middleware, the HTTP/JSON service, forward-auth and the Envoy
+// RateLimitService all render through it, so the same decision and the
+// same error read the same everywhere.
 //
 // It depends on no gRPC package: gRPC codes are given by their number
 // (google.golang.org/grpc/codes numbering).
@@ -12,16 +13,11 @@ package answer
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
-	"github.com/sluicehq/sluice/store"
 )
 
 // Limit is one limit's part of a decision, as the fields describe it.
@@ -152,119 +148,6 @@ func FromResult(dst []Limit, res limiter.Result) []Limit {
 func OfResult(res limiter.Result) Headers {
 	var buf [8]Limit
 	return HeadersOf(FromResult(buf[:0], res), res.Allowed, res.RetryAfter)
-}
-
-// gRPC codes by number (google.golang.org/grpc/codes).
-const (
-	GRPCInvalidArgument   = 3
-	GRPCResourceExhausted = 8
-	GRPCUnavailable       = 14
-	GRPCInternal          = 13
-)
-
-// Problem is an error as every surface answers it.
-type Problem struct {
-	Status int    // HTTP status
-	Code   string // the error code of the JSON body
-	GRPC   uint32 // the gRPC status code
-	Msg    string
-	Limit  string // the limit named, for cost_exceeds_capacity
-	// RetryAfter, when positive, is worth a Retry-After (e.g. the key cap
-	// frees room then).
-	RetryAfter time.Duration
-}
-
-// Classify maps a decision's error: a cost above a limit's capacity is 422
-// cost_exceeds_capacity (retrying is useless), a per-limit cost naming a
-// limit that does not apply 400 unknown_limit, an invalid cost 400
-// bad_request, the key cap 503 store_full (with the store's RetryAfter
-// when it knows when room comes), anything else (the store failing) 503
-// store_error.
-func Classify(err error) Problem {
-	var ce *limiter.CostError
-	var fe *store.FullError
-	var ue *limiter.UnknownLimitError
-	switch {
-	case errors.Is(err, limiter.ErrNoLimitApplies):
-		return Problem{Status: http.StatusUnprocessableEntity, Code: "no_limit_applies", GRPC: GRPCInvalidArgument, Msg: plain(err)}
-	case errors.As(err, &ue):
-		return Problem{Status: http.StatusBadRequest, Code: "unknown_limit", GRPC: GRPCInvalidArgument, Msg: plain(err), Limit: ue.Name}
-	case errors.As(err, &ce):
-		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument,
-			Msg: fmt.Sprintf("cost %d exceeds capacity %d of limit %q: it can never be admitted", ce.Cost, ce.Capacity, ce.Limit), Limit: ce.Limit}
-	case errors.Is(err, sluice.ErrCostExceedsCapacity):
-		return Problem{Status: http.StatusUnprocessableEntity, Code: "cost_exceeds_capacity", GRPC: GRPCInvalidArgument, Msg: plain(err)}
-	case errors.Is(err, sluice.ErrInvalidCost):
-		return Problem{Status: http.StatusBadRequest, Code: "bad_request", GRPC: GRPCInvalidArgument, Msg: plain(err)}
-	case errors.As(err, &fe):
-		msg := fmt.Sprintf("key capacity reached: %d keys held (cap %d); new key %s refused", fe.Keys, fe.Cap, fe.Key)
-		if fe.RetryAfter > 0 {
-			msg += fmt.Sprintf("; room in about %d s", Seconds(fe.RetryAfter))
-		}
-		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: msg, RetryAfter: fe.RetryAfter}
-	case errors.Is(err, store.ErrFull):
-		return Problem{Status: http.StatusServiceUnavailable, Code: "store_full", GRPC: GRPCResourceExhausted, Msg: plain(err)}
-	}
-	return Problem{Status: http.StatusServiceUnavailable, Code: "store_error", GRPC: GRPCUnavailable, Msg: "the limit store failed: " + plain(err)}
-}
-
-// plain is err's message without the package prefixes of the layers it
-// went through ("limiter: store: ..." reads "...").
-func plain(err error) string {
-	msg := err.Error()
-	for {
-		trimmed := msg
-		for _, p := range []string{"limiter: ", "store: ", "sluice: ", "redisstore: ", "failover: "} {
-			trimmed = strings.TrimPrefix(trimmed, p)
-		}
-		if trimmed == msg {
-			return msg
-		}
-		msg = trimmed
-	}
-}
-
-// Errorf is a Problem with a formatted message.
-func Errorf(status int, code, format string, args ...any) Problem {
-	return Problem{Status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
-}
-
-// body is the JSON of every error answer.
-type body struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-	Limit string `json:"limit,omitempty"`
-}
-
-// Write answers p as JSON {"error", "code"[, "limit"]} with its status
-// (and Retry-After when p has one).
-func (p Problem) Write(w http.ResponseWriter) {
-	if p.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt(Seconds(p.RetryAfter), 10))
-	}
-	WriteJSON(w, p.Status, body{Error: p.Msg, Code: p.Code, Limit: p.Limit})
-}
-
-// Refused answers a refusal in front of an application (middleware,
-// forward-auth): 429 with h's fields (Retry-After among them) and the body
-// {"error": "rate limit exceeded", "code": "rate_limited", "retry_after_ms": N}.
-func Refused(w http.ResponseWriter, h Headers, retryAfter time.Duration) {
-	RefusedWith(w, http.StatusTooManyRequests, h, retryAfter)
-}
-
-// RefusedWith is Refused with another status (a proxy that passes only
-// some statuses from its auth service, as nginx's auth_request).
-func RefusedWith(w http.ResponseWriter, status int, h Headers, retryAfter time.Duration) {
-	h.Set(w.Header())
-	ms := int64(0)
-	if retryAfter > 0 {
-		ms = int64((retryAfter + time.Millisecond - 1) / time.Millisecond)
-	}
-	WriteJSON(w, status, struct {
-		Error        string `json:"error"`
-		Code         string `json:"code"`
-		RetryAfterMS int64  `json:"retry_after_ms"`
-	}{"rate limit exceeded", "rate_limited", ms})
 }
 
 // WriteJSON answers v as JSON with status.

@@ -49,8 +49,9 @@ class CostExceedsCapacity(SluiceError):
 
 class BadRequest(SluiceError):
     """The service refused the request as malformed or inapplicable (HTTP
-    400, 404, 409, 422): ``code`` says why (``bad_request``, ``unknown_limit``,
-    ``unknown_lease``, ``already_settled``, ...)."""
+    400, 404, 409, 413, 422): ``code`` says why (``bad_request``,
+    ``unknown_limit``, ``unknown_lease``, ``already_settled``, ``no_policy``
+    from an Envoy-config service, ...)."""
 
 
 class NoLimitApplies(BadRequest):
@@ -66,7 +67,7 @@ class Unauthorized(SluiceError):
 
 class ServiceUnavailable(SluiceError):
     """The service could not decide: it answered 503 (``store_error``,
-    ``no_policy``, ``store_full``) or could not be reached within the
+    ``store_full``, ``retry``) or could not be reached within the
     client's timeout (``status`` None). ``retry_after`` is the service's
     hint in seconds, when it gave one."""
 

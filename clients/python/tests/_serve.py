@@ -32,15 +32,18 @@ def binary() -> str:
 
 
 class Serve:
-    """A running ``sluice serve --config POLICY --http 127.0.0.1:0 ARGS...``;
-    ``url`` is where it serves."""
+    """A running ``sluice serve --config POLICY --http 127.0.0.1:0 ARGS...``
+    (with ``envoy=True``, POLICY is an Envoy ratelimit configuration:
+    ``--envoy-config`` and ``--grpc 127.0.0.1:0``); ``url`` is where it
+    serves HTTP."""
 
-    def __init__(self, policy: str, *args: str) -> None:
+    def __init__(self, policy: str, *args: str, envoy: bool = False) -> None:
         self.dir = tempfile.mkdtemp(dir=TMP)
         path = os.path.join(self.dir, "policy.yaml")
         with open(path, "w") as f:
             f.write(policy)
-        self.proc = subprocess.Popen([binary(), "serve", "--config", path, "--http", "127.0.0.1:0", *args],
+        config = ["--envoy-config", self.dir, "--grpc", "127.0.0.1:0"] if envoy else ["--config", path]
+        self.proc = subprocess.Popen([binary(), "serve", *config, "--http", "127.0.0.1:0", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.logs: List[str] = []
         addr = self._wait_addr()

@@ -30,7 +30,7 @@ export class CostExceedsCapacityError extends SluiceError {
   }
 }
 
-/** The service refused the request as malformed or inapplicable (HTTP 400, 404, 409, 422): `code` says why (`bad_request`, `unknown_limit`, `unknown_lease`, `already_settled`, ...). */
+/** The service refused the request as malformed or inapplicable (HTTP 400, 404, 409, 413, 422): `code` says why (`bad_request`, `unknown_limit`, `unknown_lease`, `already_settled`, `no_policy` from an Envoy-config service, ...). */
 export class BadRequestError extends SluiceError {}
 
 /** No limit of the service's policy applies to the descriptors (HTTP 422 `no_limit_applies`): most likely a misspelt descriptor name; the message names the descriptors each limit needs. Nothing was charged. A policy with `allow_unmatched: true` admits such checks instead. */
@@ -39,7 +39,7 @@ export class NoLimitAppliesError extends BadRequestError {}
 /** The service wants a (valid) bearer token (HTTP 401). */
 export class UnauthorizedError extends SluiceError {}
 
-/** The service could not decide: it answered 503 (`store_error`, `no_policy`, `store_full`), or could not be reached within the client's timeout (`status` undefined). `retryAfter` is its hint in seconds, when it gave one. */
+/** The service could not decide: it answered 503 (`store_error`, `store_full`, `retry`), or could not be reached within the client's timeout (`status` undefined). `retryAfter` is its hint in seconds, when it gave one. */
 export class ServiceUnavailableError extends SluiceError {
   readonly retryAfter: number | undefined;
   constructor(message: string, opts: { status?: number; code?: string; retryAfter?: number } = {}) {

@@ -131,16 +131,49 @@ function decision(body: any): Decision {
   };
 }
 
+/**
+ * The error each code the service answers a client throws: every code of the service's error table (internal/answer) that can
+ * reach a client, checked against it by the Go tests. A code not here (a newer service's) is mapped by its status.
+ */
+const ERRORS: Record<string, new (...args: never[]) => SluiceError> = {
+  already_settled: BadRequestError,
+  bad_answer: SluiceError,
+  bad_body: BadRequestError,
+  bad_json: BadRequestError,
+  bad_receipt: SluiceError,
+  bad_request: BadRequestError,
+  body_too_large: BadRequestError,
+  cost_exceeds_capacity: CostExceedsCapacityError,
+  no_limit_applies: NoLimitAppliesError,
+  no_policy: BadRequestError, // (404 on an Envoy-config service)
+  not_found: BadRequestError,
+  rate_limited: RateLimitedError,
+  receipt_dropped: BadRequestError,
+  request_id_mismatch: BadRequestError,
+  retry: ServiceUnavailableError,
+  store_error: ServiceUnavailableError,
+  store_full: ServiceUnavailableError,
+  unauthorized: UnauthorizedError,
+  unknown_lease: BadRequestError,
+  unknown_limit: BadRequestError,
+};
+
+function byStatus(status: number): new (...args: never[]) => SluiceError {
+  if (status === 401) return UnauthorizedError;
+  if (status === 429) return RateLimitedError;
+  if (status === 503) return ServiceUnavailableError;
+  if (status >= 400 && status < 500) return BadRequestError;
+  return SluiceError;
+}
+
 function errorOf(status: number, body: any, raw: string): SluiceError {
-  const code: string | undefined = body?.code;
+  const code: string | undefined = typeof body?.code === "string" ? body.code : undefined;
   const msg = "sluice: " + (body?.error || raw.trim() || `HTTP ${status}`);
-  if (status === 401) return new UnauthorizedError(msg, { status, code });
-  if (status === 429) return new RateLimitedError(msg, Number(body?.retry_after_ms ?? 0) / 1000, { status, code });
-  if (code === "cost_exceeds_capacity") return new CostExceedsCapacityError(msg, body?.limit, { status, code });
-  if (code === "no_limit_applies") return new NoLimitAppliesError(msg, { status, code });
-  if (status === 503) return new ServiceUnavailableError(msg, { status, code, retryAfter: body?.retry_after_ms === undefined ? undefined : Number(body.retry_after_ms) / 1000 });
-  if (status >= 400 && status < 500) return new BadRequestError(msg, { status, code });
-  return new SluiceError(msg, { status, code });
+  const cls = (code !== undefined && Object.prototype.hasOwnProperty.call(ERRORS, code) ? ERRORS[code] : undefined) ?? byStatus(status);
+  if (cls === RateLimitedError) return new RateLimitedError(msg, Number(body?.retry_after_ms ?? 0) / 1000, { status, code });
+  if (cls === CostExceedsCapacityError) return new CostExceedsCapacityError(msg, body?.limit, { status, code });
+  if (cls === ServiceUnavailableError) return new ServiceUnavailableError(msg, { status, code, retryAfter: body?.retry_after_ms === undefined ? undefined : Number(body.retry_after_ms) / 1000 });
+  return new (cls as typeof SluiceError)(msg, { status, code });
 }
 
 function sleep(s: number, signal?: AbortSignal): Promise<void> {

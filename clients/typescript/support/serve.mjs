@@ -30,7 +30,18 @@ export function tempFile(content) {
 
 /** serve(policy, ...args) resolves to {url, stop()} once the service serves. */
 export function serve(policy, ...args) {
-  const proc = spawn(binary(), ["serve", "--config", tempFile(policy), "--http", "127.0.0.1:0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
+  return start(["--config", tempFile(policy), ...args]);
+}
+
+/** serveEnvoy(config, ...args) is serve for an Envoy ratelimit configuration (--envoy-config, --grpc 127.0.0.1:0). */
+export function serveEnvoy(config, ...args) {
+  const dir = mkdtempSync(join(tmp, "envoy-"));
+  writeFileSync(join(dir, "config.yaml"), config);
+  return start(["--envoy-config", dir, "--grpc", "127.0.0.1:0", ...args]);
+}
+
+function start(args) {
+  const proc = spawn(binary(), ["serve", "--http", "127.0.0.1:0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
   const logs = [];
   return new Promise((resolve, reject) => {
     const rl = createInterface({ input: proc.stderr });

@@ -8,12 +8,12 @@ import { fileURLToPath } from "node:url";
 import {
   Client, RateLimitedError, CostExceedsCapacityError, BadRequestError, NoLimitAppliesError, UnauthorizedError, ServiceUnavailableError, SluiceError,
 } from "../dist/index.js";
-import { serve, tempFile } from "../support/serve.mjs";
+import { serve, serveEnvoy, tempFile } from "../support/serve.mjs";
 
 // The policy both clients' tests use.
 const POLICY = readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "..", "testdata", "policy.yaml"), "utf8");
 
-let srv, secured, storeless, c;
+let srv, secured, storeless, envoy, c;
 const freePort = () => new Promise((r) => { const s = createServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => r(p)); }); });
 let n = 0;
 const key = () => ({ api_key: `k${++n}-${process.hrtime.bigint()}` });
@@ -24,12 +24,15 @@ before(async () => {
   secured = await serve(POLICY, "--auth-token-file", tempFile("s3cret\n"));
   // a store nobody answers on, failing closed: every check is a 503 store_error
   storeless = await serve(POLICY, "--store", `redis://127.0.0.1:${await freePort()}`, "--store-timeout", "200ms", "--on-store-error", "fail_closed");
+  // an Envoy-config service: it decides over gRPC only
+  envoy = await serveEnvoy("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per_ip, unit: minute, requests_per_unit: 1}\n");
   c = new Client({ url: srv.url });
 });
 after(async () => {
   await srv?.stop();
   await secured?.stop();
   await storeless?.stop();
+  await envoy?.stop();
 });
 
 test("admitted and refused", async () => {
@@ -132,6 +135,12 @@ test("every error code mapped", async () => {
   assert.throws(() => new Client({ url: "localhost:8080" }), TypeError);
   assert.ok(new RateLimitedError("x", 1) instanceof SluiceError && new ServiceUnavailableError("x") instanceof SluiceError);
   await assert.rejects(new Client({ url: storeless.url }).check({ descriptors: key() }), (e) => e instanceof ServiceUnavailableError && e.status === 503 && e.code === "store_error");
+  // 64 descriptors of 1 KiB: over --max-body (64 KiB)
+  const big = Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`d${i}`, "v".repeat(1024)]));
+  await assert.rejects(c.check({ descriptors: big }), (e) => e instanceof BadRequestError && e.status === 413 && e.code === "body_too_large");
+  // a base URL with a path no endpoint has
+  await assert.rejects(new Client({ url: srv.url + "/nope" }).check({ descriptors: key() }), (e) => e instanceof BadRequestError && e.status === 404 && e.code === "not_found");
+  await assert.rejects(new Client({ url: envoy.url }).check({ descriptors: key() }), (e) => e instanceof BadRequestError && !(e instanceof ServiceUnavailableError) && e.status === 404 && e.code === "no_policy");
 });
 
 test("bad arguments throw TypeError before anything is sent", async () => {
