@@ -19,14 +19,16 @@ import (
 )
 
 // kindDef is what the validator knows of one kind of limit: the fields the
-// kind takes besides commonFields, and the function that validates them
-// into the limit (reporting every problem through f).
+// kind takes besides commonFields, the first holding its capacity, and the
+// function that validates them into the limit (reporting every problem
+// through f). Everything else about a kind is store's kind table.
 type kindDef struct {
 	fields []string
 	parse  func(f *limitFields, l *Limit)
 }
 
-// kindDefs is indexed by Kind; a Kind's name is its String.
+// kindDefs is indexed by Kind (a row for each of store.Kinds()); a Kind's
+// name is its String.
 var kindDefs = [...]kindDef{
 	TokenBucket:   {[]string{"capacity", "refill_per_second", "refill"}, parseTokenBucket},
 	SlidingWindow: {[]string{"limit", "window"}, parseWindow},
@@ -40,6 +42,10 @@ var commonFields = []string{"name", "key", "when", "algorithm", "hash_tag", "on_
 
 // ParseKind returns the Kind whose String is s (store.ParseKind).
 func ParseKind(s string) (Kind, error) { return store.ParseKind(s) }
+
+// capacityField is the field that holds a limit of kind k's capacity
+// ("capacity", "limit", "max_in_flight").
+func capacityField(k Kind) string { return kindDefs[k].fields[0] }
 
 // kindNames are the Kinds' names, in the order they are listed.
 func kindNames() []string {

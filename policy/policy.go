@@ -55,11 +55,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/keyesc"
-	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/window"
 )
 
 // Kind is what a limit counts: the one kind type, store.Kind.
@@ -82,18 +79,27 @@ const (
 	Quota = store.Quota
 )
 
+// The values of on_store_error (Limit.OnStoreError), store's modes.
+const (
+	// FailOpen admits requests while the store is unreachable.
+	FailOpen = store.FailOpen
+	// FailClosed refuses them.
+	FailClosed = store.FailClosed
+	// Local decides them in process, each instance with its share.
+	Local = store.Local
+)
+
 // Limit is one limit of a policy.
 type Limit struct {
 	Name string
 	Key  string            // the key template, e.g. "tenant:{tenant}"
 	When map[string]string // descriptors that must match exactly
-	Kind Kind
 
-	Bucket      bucket.Limit  // TokenBucket: capacity and refill per second (a new key starts full)
-	Window      window.Limit  // SlidingWindow: limit per window
-	MaxInFlight int64         // Concurrency
-	LeaseTTL    time.Duration // Concurrency: a lease not released expires after this
-	Quota       quota.Limit   // Quota: limit per calendar period in a zone
+	// Limit is the limit's kind and the fields of that kind (Kind, Bucket,
+	// Window, MaxInFlight, LeaseTTL, Quota), with what its kind makes of
+	// them: Capacity, Shape (the terms shown: rate, window, period, span),
+	// LogAttrs, As (store's kind table).
+	store.Limit
 
 	// HashTag is a template like Key ("{tenant}") whose rendering becomes
 	// the Redis Cluster hash tag of the limit's keys: limits whose tags
@@ -103,7 +109,7 @@ type Limit struct {
 	HashTag string
 
 	// OnStoreError overrides the server's choice when the store fails
-	// ("fail_open", "fail_closed", "local"); empty means the server's.
+	// (FailOpen, FailClosed, Local); empty means the server's.
 	OnStoreError string
 
 	// Shadow evaluates and counts the limit as if it were enforced, but it
@@ -130,35 +136,9 @@ type Limit struct {
 	gate   gatePos
 }
 
-// Capacity is the largest cost one request can have under l: the bucket's
-// capacity, the window's or the quota's limit. A concurrency limit counts
-// requests, not cost (each holds one slot), so its capacity is its
-// max_in_flight.
-func (l *Limit) Capacity() int64 {
-	sl := l.StoreLimit()
-	return sl.Capacity()
-}
-
 // StoreLimit is l's kind and the fields of that kind, as store.NewSpec
 // compiles them.
-func (l *Limit) StoreLimit() store.Limit {
-	return store.Limit{Kind: l.Kind, Bucket: l.Bucket, Window: l.Window, MaxInFlight: l.MaxInFlight, LeaseTTL: l.LeaseTTL, Quota: l.Quota}
-}
-
-// Span is the time a limit's capacity covers where it is not the refill
-// time: a window's length, a concurrency limit's lease_ttl, a quota's
-// nominal period (quota.Period.Nominal); 0 for token buckets.
-func (l *Limit) Span() time.Duration {
-	switch l.Kind {
-	case SlidingWindow, FixedWindow:
-		return l.Window.Window
-	case Concurrency:
-		return l.LeaseTTL
-	case Quota:
-		return l.Quota.Period.Nominal()
-	}
-	return 0
-}
+func (l *Limit) StoreLimit() store.Limit { return l.Limit }
 
 // Placeholders returns the descriptor names the key template uses.
 func (l *Limit) Placeholders() []string { return l.placeh }

@@ -272,8 +272,9 @@ func (v *validator) requestDescriptors(n *yaml.Node, p *Policy) {
 		}
 	}
 	for _, l := range p.Limits {
-		if l.Kind == Concurrency {
-			v.add(&Error{Line: l.Line, Limit: l.Name, Field: "max_in_flight", Msg: "a max_in_flight limit cannot be used with request_descriptors: forward-auth (/v1/auth) has no done signal to release its slot"})
+		if l.Kind.HoldsSlots() {
+			f := capacityField(l.Kind)
+			v.add(&Error{Line: l.Line, Limit: l.Name, Field: f, Msg: "a " + f + " limit cannot be used with request_descriptors: forward-auth (/v1/auth) has no done signal to release its slot"})
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/suggest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // validator walks a policy's YAML tree and collects every problem it finds;
@@ -181,7 +182,7 @@ func (v *validator) checkRedact(n *yaml.Node, p *Policy) {
 func (v *validator) checkCosts(p *Policy) {
 	for _, c := range p.Costs {
 		for _, l := range p.Limits {
-			if l.Kind != Concurrency && c.Cost > l.Capacity() && alwaysHits(c.When, l) {
+			if !l.Kind.HoldsSlots() && c.Cost > l.Capacity() && alwaysHits(c.When, l) {
 				v.add(&Error{Line: c.costLine, Column: c.costColumn, Field: "cost", Msg: fmt.Sprintf(
 					"cost %d exceeds the capacity %d of limit %q (line %d), which every request of this class hits: they could never be admitted",
 					c.Cost, l.Capacity(), l.Name, l.Line)})
@@ -328,7 +329,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 }
 
 // storeErrorModes are the values of on_store_error.
-var storeErrorModes = []string{"fail_open", "fail_closed", "local"}
+var storeErrorModes = store.ErrorModes()
 
 // common validates the fields every kind takes (except algorithm).
 func (f *limitFields) common(l *Limit) {

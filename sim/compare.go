@@ -1,56 +1,49 @@
-// Comparing algorithms: a policy's limits counted by another kind (As, Algorithms).
+// Policies counted by another algorithm, for --compare: the kinds that are
+// a capacity and a rate converted into one another.
 
 package sim
 
 import (
 	"fmt"
-	"time"
+	"strings"
 
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/window"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Algorithms are the names --compare accepts: the kinds a limit can be
-// counted by instead of another.
-var Algorithms = []string{policy.TokenBucket.String(), policy.SlidingWindow.String(), policy.FixedWindow.String()}
+// counted by instead of another (store.Kind.Convertible), in the order
+// kinds are listed.
+var Algorithms = func() []string {
+	var names []string
+	for _, k := range store.Kinds() {
+		if k.Convertible() {
+			names = append(names, k.String())
+		}
+	}
+	return names
+}()
 
-// convertible reports whether As counts limits of kind k by another
-// algorithm (in-flight caps and calendar quotas are kept as they are).
-func convertible(k policy.Kind) bool {
-	return k == policy.TokenBucket || k == policy.SlidingWindow || k == policy.FixedWindow
-}
-
-// As returns p with every token-bucket and window limit counted by
-// algorithm instead, at the same capacity and rate: a token bucket (B, r)
-// becomes a window of B per B/r seconds (the time to refill B), and a
-// window (N per W) becomes a bucket of capacity N refilled at N/W per
-// second. Concurrency limits and quotas are kept.
+// As returns p with every limit whose kind is Convertible (token buckets
+// and windows) counted by algorithm instead, at the same capacity and
+// rate (store.Limit.As): a token bucket (B, r) becomes a window of B per
+// B/r seconds (the time to refill B), and a window (N per W) becomes a
+// bucket of capacity N refilled at N/W per second. Concurrency limits and
+// quotas are kept.
 func As(p *policy.Policy, algorithm string) (*policy.Policy, error) {
 	kind, err := policy.ParseKind(algorithm)
-	if err != nil || !convertible(kind) {
-		return nil, fmt.Errorf("unknown algorithm %q (want token_bucket, sliding_window or fixed_window)", algorithm)
+	if err != nil || !kind.Convertible() {
+		return nil, fmt.Errorf("unknown algorithm %q (want %s or %s)", algorithm,
+			strings.Join(Algorithms[:len(Algorithms)-1], ", "), Algorithms[len(Algorithms)-1])
 	}
 	q := *p
 	q.Limits = make([]*policy.Limit, len(p.Limits))
 	for i, l := range p.Limits {
 		c := *l
-		switch {
-		case !convertible(l.Kind) || l.Kind == kind:
-		case kind == policy.TokenBucket:
-			c.Bucket.Capacity = l.Window.Limit
-			c.Bucket.Rate = float64(l.Window.Limit) / l.Window.Window.Seconds()
-		default:
-			b := l.Bucket
-			if l.Kind != policy.TokenBucket {
-				b.Capacity, b.Rate = l.Window.Limit, float64(l.Window.Limit)/l.Window.Window.Seconds()
-			}
-			c.Window = window.Limit{Limit: b.Capacity, Window: time.Duration(float64(b.Capacity) / b.Rate * 1e9)}
-			if err := c.Window.Validate(); err != nil {
+		if l.Kind.Convertible() {
+			if c.Limit, err = l.Limit.As(kind); err != nil {
 				return nil, fmt.Errorf("limit %q as %s: %w", l.Name, algorithm, err)
 			}
-		}
-		if convertible(l.Kind) {
-			c.Kind = kind
 		}
 		q.Limits[i] = &c
 	}

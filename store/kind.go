@@ -1,12 +1,11 @@
-// Kind and the kind table: what a Go store must know of each kind of limit.
+// The kind table: each kind of limit's name, traits and algorithm, and the
+// methods of Kind, Limit and Spec through which everything else reads them.
 
 package store
 
 import (
 	"fmt"
-	"hash/fnv"
-	"math"
-	"strconv"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -18,47 +17,125 @@ import (
 
 // Kind is what a limit counts. It is the one kind type of sluice: the
 // policy, the limiter, every store, the simulator and the servers name
-// kinds by it. What a Go store must know about a kind is in this file (the
-// Spec methods below dispatch on it); the Redis store mirrors each kind in
-// its script (store/redisstore: kindLetter and the spec's arguments in
-// codec.go, the transitions in kinds.lua).
+// kinds by it. All that differs between kinds is in the kind table below
+// and is read through the methods of Kind, Limit and Spec, so that no
+// other package tests for a kind; the Redis store mirrors each kind in its
+// codec (store/redisstore/codec.go: its letter and parameters) and its
+// script (kinds.lua).
 type Kind uint8
 
 const (
-	// TokenBucket: Spec.Bucket.
+	// TokenBucket: Limit.Bucket, compiled into Spec.Bucket.
 	TokenBucket Kind = iota
-	// SlidingWindow: Spec.Window.
+	// SlidingWindow: Limit.Window.
 	SlidingWindow
-	// Concurrency: Spec.MaxInFlight leases held at once, each expiring
-	// after Spec.LeaseTTL unless released.
+	// Concurrency: Limit.MaxInFlight slots held at once, each expiring
+	// after Limit.LeaseTTL unless released.
 	Concurrency
-	// FixedWindow: Spec.Window, reset at each boundary (a baseline).
+	// FixedWindow: Limit.Window, reset at each boundary (a baseline).
 	FixedWindow
-	// Quota: Spec.Quota, a calendar quota reset at each period's start.
+	// Quota: Limit.Quota, a calendar quota reset at each period's start.
 	Quota
 
 	numKinds
 )
 
-// kinds holds each kind's definition, indexed by Kind. Adding a kind here
-// is a constant above, an entry in kinds and in kindOrder, its fields in
-// Limit and Spec (and the Limit.Capacity case), and its algorithm type
-// below; then policy's table (policy/kinds.go) and the Redis mirror
-// (store/redisstore: kindLetter, the spec's arguments, kinds.lua). The
-// store's tests check that kinds, kindOrder and ParseKind agree.
-var kinds = [numKinds]struct {
-	name string
-	alg  algorithm
-}{
-	TokenBucket:   {"token_bucket", bucketKind{}},
-	SlidingWindow: {"sliding_window", slidingKind{}},
-	FixedWindow:   {"fixed_window", fixedKind{}},
-	Concurrency:   {"concurrency", concKind{}},
-	Quota:         {"quota", quotaKind{}},
+// kindDef is one kind's entry in the kind table.
+type kindDef struct {
+	name string // Kind.String
+	// alg is the kind's algorithm (its file: kind_<name>.go). The optional
+	// interfaces it implements are its traits: pauser (Kind.Pausable),
+	// booker (Kind.Books), converter (Kind.Convertible).
+	alg algorithm
+	// slots: its items hold in-flight slots kept by the store (a lease
+	// each), not a State (Kind.HoldsSlots).
+	slots bool
+	// leased: store/lease may serve its items from token batches held in
+	// process (Kind.Leasable).
+	leased bool
+}
+
+// kinds is the kind table, indexed by Kind. Adding a kind is:
+//
+//  1. here: a constant above (before numKinds), its row in kinds and its
+//     place in kindOrder; its parameters' fields in Limit (and Spec) when
+//     no field there holds them;
+//  2. its algorithm, in a file of its own (store/kind_<name>.go): a type
+//     implementing algorithm, and pauser, booker or converter if it has
+//     those traits;
+//  3. policy/kinds.go: its row in kindDefs (the fields a policy writes
+//     and their parse function); policy/policy.go: its constant's alias;
+//  4. store/redisstore: its letter and parameters in codec.go, its
+//     transitions in kinds.lua (KIND.<letter>).
+//
+// That is 5 Go files (one of them new) and 1 Lua file, and its tests (a
+// limit of it in this package's TestKinds and TestKindTraits, its cases in
+// store/storetest, policy and store/redisstore). Stores, the limiter, the
+// servers and the simulator read kinds only through the table, so nothing
+// else changes (but a kind that holds slots, whose slots each store keeps
+// itself, as Concurrency's); TestKindTestsOnlyInTheTable fails when code
+// elsewhere tests for a kind.
+var kinds = [numKinds]kindDef{
+	TokenBucket:   {name: "token_bucket", alg: bucketKind{}, leased: true},
+	SlidingWindow: {name: "sliding_window", alg: slidingKind{}},
+	FixedWindow:   {name: "fixed_window", alg: fixedKind{}},
+	Concurrency:   {name: "concurrency", alg: concKind{}, slots: true},
+	Quota:         {name: "quota", alg: quotaKind{}},
 }
 
 // kindOrder is the order in which kinds are listed to people.
 var kindOrder = []Kind{TokenBucket, SlidingWindow, FixedWindow, Concurrency, Quota}
+
+// algorithm is one kind's definition: what is shown of a limit of it, and
+// what every store applies, so that the same trace gives the same
+// decisions whatever the store.
+type algorithm interface {
+	// shape: see Limit.Shape.
+	shape(l *Limit) Shape
+	// logAttrs: see Limit.LogAttrs.
+	logAttrs(l *Limit, attrs []slog.Attr, cost, remaining int64) []slog.Attr
+	compile(l Limit) (*Spec, error)
+	capacity(sp *Spec) int64
+	// rate: see Spec.Rate.
+	rate(sp *Spec) float64
+	// stateTag: see Spec.StateTag.
+	stateTag(sp *Spec) string
+	// step decides cost against st (exists: whether the key has a state).
+	// Kinds that hold slots panic (their slots are the store's own).
+	step(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision)
+	// adjust applies delta (see Adjustment); ok false when nothing
+	// changes. dec is the state's peek after it.
+	adjust(sp *Spec, st State, exists bool, now Now, delta int64) (out State, dec sluice.Decision, ok bool)
+	// refundBefore: see RefundBefore.
+	refundBefore(sp *Spec, now int64, reset time.Duration) int64
+	// scaled is sp with its budget divided by n > 1 (store/failover's
+	// local mode), at least 1.
+	scaled(sp *Spec, n int64) Spec
+}
+
+// pauser is implemented by the algorithms of kinds that can be paused and
+// lowered (Spec.Pause, Spec.Lower); dec is the state's peek after it.
+type pauser interface {
+	pause(sp *Spec, st State, exists bool, now Now, d time.Duration) (State, sluice.Decision)
+	lower(sp *Spec, st State, exists bool, now Now, n int64) (State, sluice.Decision)
+}
+
+// booker is implemented by the algorithms of kinds whose items with a
+// MaxWait may be booked (Spec.Book); ok false when cost cannot be booked
+// within maxWait.
+type booker interface {
+	book(sp *Spec, st State, exists bool, now Now, cost int64, maxWait time.Duration) (out State, dec sluice.Decision, wait time.Duration, ok bool)
+}
+
+// converter is implemented by the algorithms of kinds that are a capacity
+// and a rate, which can be counted by one another (Limit.As).
+type converter interface {
+	// asRate is l's capacity and rate (per second).
+	asRate(l *Limit) (capacity int64, rate float64)
+	// fromRate sets l's fields of the kind to capacity at rate; the error
+	// matches sluice.ErrInvalidLimit when they make no valid limit.
+	fromRate(l *Limit, capacity int64, rate float64) error
+}
 
 // String returns the kind's algorithm name ("token_bucket",
 // "sliding_window", "fixed_window", "concurrency", "quota"), which
@@ -85,32 +162,183 @@ func ParseKind(s string) (Kind, error) {
 		}
 		names[i] = k.String()
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want %s or %s)", s, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+	return 0, fmt.Errorf("unknown algorithm %q (want %s)", s, orList(names))
+}
+
+// orList is "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// HoldsSlots reports whether the items of kind k hold in-flight slots: a
+// request takes one slot whatever its cost (so a cost never exceeds the
+// capacity), keeps it until it is released (Store.Release) or its lease
+// expires, and is not adjusted, paused or lowered; the store keeps the
+// slots itself, not a State (Spec.Step does not apply). Concurrency
+// limits; false for a value that is no Kind constant.
+func (k Kind) HoldsSlots() bool { return k < numKinds && kinds[k].slots }
+
+// Pausable reports whether limits of kind k can be paused and given a
+// ceiling (Adjustment.Pause and Lower, Spec.Pause and Lower, a limiter's
+// Pause): token buckets. An adjustment of either kind on other kinds
+// changes nothing (Adjustment.Op is 0).
+func (k Kind) Pausable() bool {
+	if k >= numKinds {
+		return false
+	}
+	_, ok := kinds[k].alg.(pauser)
+	return ok
+}
+
+// Books reports whether items of kind k with a MaxWait can be booked, in
+// debt, to be served later (Item.MaxWait, Spec.Book): token buckets.
+// Items of other kinds admit now or not at all.
+func (k Kind) Books() bool {
+	if k >= numKinds {
+		return false
+	}
+	_, ok := kinds[k].alg.(booker)
+	return ok
+}
+
+// Leasable reports whether store/lease may serve items of kind k from
+// token batches taken from the shared store in advance: token buckets.
+// Items of other kinds (and peeks) go to the shared store every time.
+func (k Kind) Leasable() bool { return k < numKinds && kinds[k].leased }
+
+// Convertible reports whether a limit of kind k is a capacity and a rate,
+// so that it can be counted by any other convertible kind (Limit.As; the
+// simulator's --compare): token buckets, sliding and fixed windows, but
+// not in-flight caps or calendar quotas.
+func (k Kind) Convertible() bool {
+	if k >= numKinds {
+		return false
+	}
+	_, ok := kinds[k].alg.(converter)
+	return ok
 }
 
 // Limit is a limit as written, before compilation: its kind and the fields
-// of that kind (the others are ignored).
+// of that kind (the others are ignored). policy.Limit embeds it.
 type Limit struct {
+	Kind Kind
+	// Bucket is a token bucket's capacity and refill per second (a new
+	// key starts full).
+	Bucket bucket.Limit
+	// Window is a sliding or a fixed window's limit per window.
+	Window window.Limit
+	// MaxInFlight is a concurrency limit's slots held at once; LeaseTTL
+	// how long a slot not released holds.
+	MaxInFlight int64
+	LeaseTTL    time.Duration
+	// Quota is a calendar quota's limit per period in a zone.
+	Quota quota.Limit
+}
+
+// Shape is a limit's terms as they are shown (a policy listing, a
+// decision's status, a refusal's log, Envoy's current limit). Each field
+// holds its kind's value and is zero for kinds that have none.
+type Shape struct {
+	// Capacity is the largest cost one request can have: a bucket's
+	// capacity, a window's or a quota's limit; a concurrency limit's
+	// max_in_flight (it counts requests, each holding one slot, not cost).
+	Capacity int64
+	// Rate is the tokens per second a token bucket refills.
+	Rate float64
+	// Window is a sliding or a fixed window's length.
+	Window time.Duration
+	// LeaseTTL is how long a concurrency slot not released holds.
+	LeaseTTL time.Duration
+	// Period and Timezone are a quota's calendar period ("day", "week",
+	// "month", "year") and the name of its zone.
+	Period, Timezone string
+	// Span is the time the capacity covers where it is not the time to
+	// refill: Window, LeaseTTL (the longest a slot stays taken), or a
+	// quota's nominal period (quota.Period.Nominal); 0 for token buckets.
+	Span time.Duration
+}
+
+// Shape returns l's terms as its kind states them (zero for a value that
+// is no Kind constant).
+func (l *Limit) Shape() Shape {
+	if l.Kind >= numKinds {
+		return Shape{}
+	}
+	return kinds[l.Kind].alg.shape(l)
+}
+
+// Capacity is the largest cost one request can have under l (Shape's
+// Capacity: a concurrency limit's max_in_flight).
+func (l *Limit) Capacity() int64 { return l.Shape().Capacity }
+
+// Span is Shape's Span: a window's length, a concurrency limit's
+// lease_ttl, a quota's nominal period; 0 for token buckets.
+func (l *Limit) Span() time.Duration { return l.Shape().Span }
+
+// LogAttrs appends to attrs the attributes of a decision under l that
+// logs show (docs/behaviour.md's refusal log), cost being the request's
+// cost and remaining what the limit had left: a token bucket's
+// bucket_capacity and refill_per_second, a window's window_limit and
+// window_ms, a quota's quota_limit, period and timezone, each followed by
+// token_cost and tokens_remaining; a concurrency limit's max_in_flight
+// and in_flight (its capacity less remaining). Nothing for a value that
+// is no Kind constant.
+func (l *Limit) LogAttrs(attrs []slog.Attr, cost, remaining int64) []slog.Attr {
+	if l.Kind >= numKinds {
+		return attrs
+	}
+	return kinds[l.Kind].alg.logAttrs(l, attrs, cost, remaining)
+}
+
+// costAttrs are the attributes most kinds' logs end with.
+func costAttrs(attrs []slog.Attr, cost, remaining int64) []slog.Attr {
+	return append(attrs, slog.Int64("token_cost", cost), slog.Int64("tokens_remaining", remaining))
+}
+
+// As returns l counted by kind k at the same capacity and rate, its other
+// fields kept: a token bucket (B, r) as a window is B per B/r seconds (the
+// time to refill B), a window of N per W as a token bucket has capacity N
+// refilled at N/W per second, and a window as the other window keeps N
+// per W. l itself when k is l's kind. The error matches
+// sluice.ErrInvalidLimit when either kind is not Convertible or the
+// result is no valid limit (a window that long or that short).
+func (l *Limit) As(k Kind) (Limit, error) {
+	if l.Kind == k {
+		return *l, nil
+	}
+	var from, to converter
+	if l.Kind.Convertible() && k.Convertible() {
+		from, to = kinds[l.Kind].alg.(converter), kinds[k].alg.(converter)
+	}
+	if from == nil || to == nil {
+		return *l, sluice.Errorf(sluice.ErrInvalidLimit, "a %s limit cannot be counted as %s", l.Kind, k)
+	}
+	c, r := from.asRate(l)
+	out := *l
+	out.Kind = k
+	if err := to.fromRate(&out, c, r); err != nil {
+		return *l, err
+	}
+	return out, nil
+}
+
+// Spec is a limit as a store sees it: its kind and that kind's compiled
+// fields (NewSpec; the others are zero). Specs are immutable and shared;
+// a store may key caches by their pointer.
+type Spec struct {
 	Kind        Kind
-	Bucket      bucket.Limit  // TokenBucket
+	Bucket      bucket.Params // TokenBucket
 	Window      window.Limit  // SlidingWindow, FixedWindow
 	MaxInFlight int64         // Concurrency
 	LeaseTTL    time.Duration // Concurrency
-	Quota       quota.Limit   // Quota
-}
-
-// Capacity is the largest cost one request can have under l (a
-// concurrency limit's max_in_flight).
-func (l *Limit) Capacity() int64 {
-	switch l.Kind {
-	case TokenBucket:
-		return l.Bucket.Capacity
-	case SlidingWindow, FixedWindow:
-		return l.Window.Limit
-	case Quota:
-		return l.Quota.Limit
-	}
-	return l.MaxInFlight
+	Quota       quota.Limit   // Quota (Location never nil)
+	// OnStoreError is what a store that can fail (store/failover) does for
+	// this limit when its backend is unreachable: FailOpen, FailClosed or
+	// Local; empty means the store's default.
+	OnStoreError string
 }
 
 // NewSpec validates and compiles l; the error matches
@@ -128,50 +356,25 @@ func NewSpec(l Limit) (*Spec, error) {
 type Now struct{ Mono, Wall int64 }
 
 // State is a key's state as a Go store holds it, three integers whose
-// meaning is the kind's (named by the accessors below): a token bucket's
-// TAT, origin and phase (bucket.Params' units); a sliding window's index,
-// previous and current counts; a fixed window's index and count; a
-// quota's period start and used cost. Concurrency limits have none (their
-// slots are the store's own).
+// meaning is the kind's (named by the accessors in each kind's file): a
+// token bucket's TAT, origin and phase (bucket.Params' units); a sliding
+// window's index, previous and current counts; a fixed window's index and
+// count; a quota's period start and used cost. Kinds that hold slots have
+// none (their slots are the store's own).
 type State [3]int64
 
-func (st State) tat() (tat, origin int64, phase uint64) { return st[0], st[1], uint64(st[2]) }
-func bucketState(tat, origin int64, phase uint64) State { return State{tat, origin, int64(phase)} }
-func (st State) sliding() window.SlidingState {
-	return window.SlidingState{Index: st[0], Prev: st[1], Curr: st[2]}
-}
-func slidingState(s window.SlidingState) State { return State{s.Index, s.Prev, s.Curr} }
-func (st State) fixed() window.FixedState      { return window.FixedState{Index: st[0], Count: st[1]} }
-func fixedState(s window.FixedState) State     { return State{s.Index, s.Count} }
-func (st State) quota() quota.State            { return quota.State{Start: st[0], Used: st[1]} }
-func quotaState(s quota.State) State           { return State{s.Start, s.Used} }
-
-// algorithm is one kind's definition: what every store applies, so that
-// the same trace gives the same decisions whatever the store.
-type algorithm interface {
-	compile(l Limit) (*Spec, error)
-	capacity(sp *Spec) int64
-	// stateTag: see Spec.StateTag.
-	stateTag(sp *Spec) string
-	// step decides cost against st (exists: whether the key has a state).
-	step(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision)
-	// adjust applies delta (see Adjustment); ok false when nothing
-	// changes. dec is the state's peek after it.
-	adjust(sp *Spec, st State, exists bool, now Now, delta int64) (out State, dec sluice.Decision, ok bool)
-	// refundBefore: see RefundBefore.
-	refundBefore(sp *Spec, now int64, reset time.Duration) int64
-	// scaled is sp with its budget divided by n > 1 (store/failover's
-	// local mode), at least 1.
-	scaled(sp *Spec, n int64) Spec
-}
-
-// Capacity is the largest cost an item under s can have (a Concurrency
-// item takes one slot whatever its cost).
+// Capacity is the largest cost an item under s can have (an item of a
+// kind that holds slots takes one slot whatever its cost).
 func (s *Spec) Capacity() int64 { return kinds[s.Kind].alg.capacity(s) }
 
 // HoldsSlots reports whether s's items hold in-flight slots (leases)
-// rather than a State: Concurrency.
-func (s *Spec) HoldsSlots() bool { return s.Kind == Concurrency }
+// rather than a State (Kind.HoldsSlots).
+func (s *Spec) HoldsSlots() bool { return s.Kind.HoldsSlots() }
+
+// Rate is the tokens per second an emptied state of s regains
+// continuously (a token bucket's refill); 0 for kinds that regain their
+// budget otherwise (a window's or a period's end, a slot's release).
+func (s *Spec) Rate() float64 { return kinds[s.Kind].alg.rate(s) }
 
 // StateTag is the part of s that gives a stored state its meaning: a token
 // bucket's unit (its state counts units of it), a window's length (its
@@ -200,30 +403,21 @@ func (s *Spec) stepOther(st State, exists bool, now Now, cost int64) (State, slu
 	return kinds[s.Kind].alg.step(s, st, exists, now, cost)
 }
 
-// Book is Step for an item with a MaxWait (see Item.MaxWait): a token
-// bucket books cost at the earliest time it is available, going into debt,
-// when that is within maxWait (wait says how long after now; the decision
-// is the state's after the booking: Allowed, its Remaining and
-// ResetAfter); refused otherwise, with Step's decision (nothing booked).
-// Other kinds decide as Step does (wait 0). Not for kinds that hold slots.
+// Book is Step for an item with a MaxWait (see Item.MaxWait): a kind that
+// Books (a token bucket) books cost at the earliest time it is available,
+// going into debt, when that is within maxWait (wait says how long after
+// now; the decision is the state's after the booking: Allowed, its
+// Remaining and ResetAfter); refused otherwise, with Step's decision
+// (nothing booked). Other kinds decide as Step does (wait 0). Not for
+// kinds that hold slots.
 func (s *Spec) Book(st State, exists bool, now Now, cost int64, maxWait time.Duration) (out State, dec sluice.Decision, wait time.Duration) {
-	if s.Kind != TokenBucket || maxWait <= 0 {
-		out, dec = s.Step(st, exists, now, cost)
-		return out, dec, 0
+	if b, ok := kinds[s.Kind].alg.(booker); ok && maxWait > 0 {
+		if out, dec, wait, ok = b.book(s, st, exists, now, cost, maxWait); ok {
+			return out, dec, wait
+		}
 	}
-	p := &s.Bucket
-	t, o, ph := st.tat()
-	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
-	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
-	nt, w, ok := p.Reserve(tat, at, cost, maxWait)
-	if !ok {
-		out, dec = stepBucket(s, st, exists, now, cost)
-		return out, dec, 0
-	}
-	_, dec = p.Step(nt, at, 0)
-	dec.Allowed = true // (a peek of a state in debt says not allowed)
-	dec.RetryAfter = 0
-	return bucketState(nt, origin, phase), dec, w
+	out, dec = s.Step(st, exists, now, cost)
+	return out, dec, 0
 }
 
 // Adjust applies a correction delta (see Adjustment; the caller has
@@ -236,36 +430,27 @@ func (s *Spec) Adjust(st State, exists bool, now Now, delta int64) (out State, d
 }
 
 // Pause applies a pause of d (see Adjustment.Pause) to a key's state at
-// now; ok is false for kinds that are not paused (all but TokenBucket).
-// dec is the state's peek after it.
+// now; ok is false when d <= 0 or the kind is not Pausable. dec is the
+// state's peek after it.
 func (s *Spec) Pause(st State, exists bool, now Now, d time.Duration) (out State, dec sluice.Decision, ok bool) {
-	if d <= 0 {
+	p, ok := kinds[s.Kind].alg.(pauser)
+	if !ok || d <= 0 {
 		return st, sluice.Decision{}, false
 	}
-	return s.bucketOp(st, exists, now, func(p *bucket.Params, tat int64, at bucket.Instant) int64 { return p.Pause(tat, at, d) })
+	out, dec = p.pause(s, st, exists, now, d)
+	return out, dec, true
 }
 
 // Lower applies a ceiling of n tokens (see Adjustment.Lower) to a key's
-// state at now; ok is false for kinds that are not lowered (all but
-// TokenBucket). dec is the state's peek after it.
+// state at now; ok is false for kinds that are not Pausable. dec is the
+// state's peek after it.
 func (s *Spec) Lower(st State, exists bool, now Now, n int64) (out State, dec sluice.Decision, ok bool) {
-	return s.bucketOp(st, exists, now, func(p *bucket.Params, tat int64, at bucket.Instant) int64 { return p.Lower(tat, at, n) })
-}
-
-// bucketOp applies op, a transition of bucket.Params, to a token bucket's
-// state at now (a new or full state restarting at now, as every store
-// does), and peeks the result; ok is false for other kinds.
-func (s *Spec) bucketOp(st State, exists bool, now Now, op func(p *bucket.Params, tat int64, at bucket.Instant) int64) (out State, dec sluice.Decision, ok bool) {
-	if s.Kind != TokenBucket {
+	p, ok := kinds[s.Kind].alg.(pauser)
+	if !ok {
 		return st, sluice.Decision{}, false
 	}
-	p := &s.Bucket
-	t, o, ph := st.tat()
-	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
-	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
-	tat = op(p, tat, at)
-	_, dec = p.Step(tat, at, 0)
-	return bucketState(tat, origin, phase), dec, true
+	out, dec = p.lower(s, st, exists, now, n)
+	return out, dec, true
 }
 
 // Scaled returns a copy of s with its budget divided among n instances
@@ -282,270 +467,8 @@ func (s *Spec) Scaled(n int64) *Spec {
 // RefundBefore is the time (the store's clock, Unix ns) until which an
 // admitted item's cost can be returned exactly: a token bucket's until its
 // tokens refill (now + its reset, saturating), a window's until the window
-// ends, a quota's until its period ends; 0 for other kinds. Every store
-// reports it by this rule.
+// ends, a quota's until its period ends; 0 for kinds that hold slots.
+// Every store reports it by this rule.
 func RefundBefore(sp *Spec, now int64, reset time.Duration) int64 {
 	return kinds[sp.Kind].alg.refundBefore(sp, now, reset)
-}
-
-// BucketState brings a keyed token bucket's state (tat, origin, phase) to
-// time d (ns in the store's time base): a new or full bucket restarts at
-// origin d (a full bucket equals a new one), and a state that has run past
-// MaxElapsed is rebased exactly. A time before the origin (a stale reading)
-// counts as the origin. Every store applies it, so they decide alike.
-func BucketState(p *bucket.Params, tat, origin int64, phase uint64, exists bool, d int64) (int64, int64, uint64) {
-	if !exists {
-		return 0, d, 0
-	}
-	if d < origin {
-		d = origin
-	}
-	for d-origin > p.MaxElapsed() {
-		nt, applied, ph := p.Rebase(tat, bucket.Instant{Elapsed: d - origin, Phase: phase})
-		tat, origin, phase = nt, origin+applied, ph
-	}
-	if tat <= p.Units(bucket.Instant{Elapsed: d - origin, Phase: phase}) {
-		return 0, d, 0 // full: the same as new
-	}
-	return tat, origin, phase
-}
-
-// The kinds.
-
-type bucketKind struct{}
-
-func (bucketKind) compile(l Limit) (*Spec, error) { return NewBucketSpec(l.Bucket) }
-func (bucketKind) capacity(sp *Spec) int64        { return sp.Bucket.Limit().Capacity }
-func (bucketKind) stateTag(sp *Spec) string       { return "u" + strconv.FormatInt(sp.Bucket.Unit(), 36) }
-
-func (bucketKind) step(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
-	return stepBucket(sp, st, exists, now, cost)
-}
-
-func stepBucket(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
-	t, o, ph := st.tat()
-	tat, origin, phase := BucketState(&sp.Bucket, t, o, ph, exists, now.Mono)
-	nt, dec := sp.Bucket.Step(tat, bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}, cost)
-	return bucketState(nt, origin, phase), dec
-}
-
-func (bucketKind) adjust(sp *Spec, st State, exists bool, now Now, delta int64) (State, sluice.Decision, bool) {
-	p := &sp.Bucket
-	t, o, ph := st.tat()
-	tat, origin, phase := BucketState(p, t, o, ph, exists, now.Mono)
-	at := bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}
-	if delta < 0 {
-		tat = p.Refund(tat, -delta)
-	} else {
-		tat = p.Charge(tat, at, delta)
-	}
-	_, dec := p.Step(tat, at, 0)
-	return bucketState(tat, origin, phase), dec, true
-}
-
-func (bucketKind) refundBefore(_ *Spec, now int64, reset time.Duration) int64 {
-	if int64(reset) > math.MaxInt64-now {
-		return math.MaxInt64
-	}
-	return now + int64(reset)
-}
-
-func (bucketKind) scaled(sp *Spec, n int64) Spec {
-	out := *sp
-	l := sp.Bucket.Limit()
-	l.Capacity = max(l.Capacity/n, 1)
-	l.Rate /= float64(n)
-	if p, err := bucket.Compile(l); err == nil {
-		out.Bucket = p
-	}
-	return out
-}
-
-// windowKind is what the sliding and the fixed window share.
-type windowKind struct{}
-
-func (windowKind) capacity(sp *Spec) int64 { return sp.Window.Limit }
-func (windowKind) stateTag(sp *Spec) string {
-	return "w" + strconv.FormatInt(int64(sp.Window.Window), 36)
-}
-
-func (windowKind) refundBefore(sp *Spec, now int64, _ time.Duration) int64 {
-	w := int64(sp.Window.Window)
-	return now + w - ((now%w)+w)%w
-}
-
-func (windowKind) scaled(sp *Spec, n int64) Spec {
-	out := *sp
-	out.Window.Limit = max(sp.Window.Limit/n, 1)
-	return out
-}
-
-func compileWindow(k Kind, l Limit) (*Spec, error) {
-	if err := l.Window.Validate(); err != nil {
-		return nil, err
-	}
-	return &Spec{Kind: k, Window: l.Window}, nil
-}
-
-type slidingKind struct{ windowKind }
-
-func (slidingKind) compile(l Limit) (*Spec, error) { return compileWindow(SlidingWindow, l) }
-
-func (slidingKind) step(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
-	s := window.SlidingState{Index: math.MinInt64}
-	if exists {
-		s = st.sliding()
-	}
-	s, dec := sp.Window.Sliding(s, now.Wall, cost)
-	return slidingState(s), dec
-}
-
-func (slidingKind) adjust(sp *Spec, st State, exists bool, now Now, delta int64) (State, sluice.Decision, bool) {
-	s := st.sliding()
-	if !exists {
-		s = window.SlidingState{}
-	}
-	if idx := floorDiv(now.Wall, int64(sp.Window.Window)); s.Index != idx {
-		if delta < 0 {
-			return st, sluice.Decision{}, false
-		}
-		// A later window: count the charge in it (the window math moves
-		// the old count to "previous").
-		s, _ = sp.Window.Sliding(s, now.Wall, 0)
-	}
-	s.Curr = capCount(s.Curr, delta, sp.Window.Limit)
-	_, dec := sp.Window.Sliding(s, now.Wall, 0)
-	return slidingState(s), dec, true
-}
-
-type fixedKind struct{ windowKind }
-
-func (fixedKind) compile(l Limit) (*Spec, error) { return compileWindow(FixedWindow, l) }
-
-func (fixedKind) step(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
-	s := window.FixedState{Index: math.MinInt64}
-	if exists {
-		s = st.fixed()
-	}
-	s, dec := sp.Window.Fixed(s, now.Wall, cost)
-	return fixedState(s), dec
-}
-
-func (fixedKind) adjust(sp *Spec, st State, exists bool, now Now, delta int64) (State, sluice.Decision, bool) {
-	s := st.fixed()
-	if !exists {
-		s = window.FixedState{}
-	}
-	if idx := floorDiv(now.Wall, int64(sp.Window.Window)); s.Index != idx {
-		if delta < 0 {
-			return st, sluice.Decision{}, false
-		}
-		s = window.FixedState{Index: idx}
-	}
-	s.Count = capCount(s.Count, delta, sp.Window.Limit)
-	_, dec := sp.Window.Fixed(s, now.Wall, 0)
-	return fixedState(s), dec, true
-}
-
-// capCount is a window count n corrected by delta, between 0 and twice the
-// window's limit: a charge however large holds at most one limit of debt
-// beyond full (as a token bucket's settle debt is at most one capacity),
-// and never wraps around to an empty window.
-func capCount(n, delta, limit int64) int64 {
-	c := 2 * limit // (limit <= 2^61: window.Limit.Validate)
-	if delta > 0 && n > c-delta {
-		return max(n, c)
-	}
-	return max(n+delta, 0)
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
-
-type concKind struct{}
-
-func (concKind) compile(l Limit) (*Spec, error) {
-	if l.MaxInFlight < 1 {
-		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "max_in_flight %d must be at least 1", l.MaxInFlight)
-	}
-	if l.LeaseTTL <= 0 {
-		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "lease_ttl %v must be positive", l.LeaseTTL)
-	}
-	return &Spec{Kind: Concurrency, MaxInFlight: l.MaxInFlight, LeaseTTL: l.LeaseTTL}, nil
-}
-func (concKind) capacity(sp *Spec) int64 { return sp.MaxInFlight }
-func (concKind) stateTag(*Spec) string   { return "" }
-func (concKind) step(*Spec, State, bool, Now, int64) (State, sluice.Decision) {
-	panic("store: Step on a Concurrency spec (its slots are the store's own)")
-}
-func (concKind) adjust(*Spec, State, bool, Now, int64) (State, sluice.Decision, bool) {
-	return State{}, sluice.Decision{}, false // in-flight slots are not adjusted
-}
-func (concKind) refundBefore(*Spec, int64, time.Duration) int64 { return 0 }
-func (concKind) scaled(sp *Spec, n int64) Spec {
-	out := *sp
-	out.MaxInFlight = max(sp.MaxInFlight/n, 1)
-	return out
-}
-
-type quotaKind struct{}
-
-func (quotaKind) compile(l Limit) (*Spec, error) {
-	if err := l.Quota.Validate(); err != nil {
-		return nil, err
-	}
-	q := l.Quota
-	if q.Location == nil {
-		q.Location = time.UTC
-	}
-	return &Spec{Kind: Quota, Quota: q}, nil
-}
-func (quotaKind) capacity(sp *Spec) int64 { return sp.Quota.Limit }
-
-// stateTag names the period and the zone (its name hashed: zone names hold
-// characters keys need not).
-func (quotaKind) stateTag(sp *Spec) string {
-	h := fnv.New32a()
-	h.Write([]byte(sp.Quota.Zone()))
-	return "q" + sp.Quota.Period.String()[:1] + strconv.FormatUint(uint64(h.Sum32()), 36)
-}
-
-func (quotaKind) step(sp *Spec, st State, exists bool, now Now, cost int64) (State, sluice.Decision) {
-	s := quota.New
-	if exists {
-		s = st.quota()
-	}
-	s, dec := sp.Quota.Step(s, now.Wall, cost)
-	return quotaState(s), dec
-}
-
-func (quotaKind) adjust(sp *Spec, st State, exists bool, now Now, delta int64) (State, sluice.Decision, bool) {
-	s := quota.New
-	if exists {
-		s = st.quota()
-	} else if delta < 0 {
-		return st, sluice.Decision{}, false
-	}
-	s, ok := sp.Quota.Adjust(s, now.Wall, delta)
-	if !ok {
-		return st, sluice.Decision{}, false
-	}
-	_, dec := sp.Quota.Step(s, now.Wall, 0)
-	return quotaState(s), dec, true
-}
-
-func (quotaKind) refundBefore(sp *Spec, now int64, _ time.Duration) int64 {
-	_, end := sp.Quota.Bounds(now)
-	return end
-}
-
-func (quotaKind) scaled(sp *Spec, n int64) Spec {
-	out := *sp
-	out.Quota.Limit = max(sp.Quota.Limit/n, 1)
-	return out
 }

@@ -6,9 +6,10 @@
 // shared store fails). store/storetest is the conformance suite every
 // implementation passes.
 //
-// Every implementation applies the same pure transitions (bucket.Params for
-// token buckets, window.Limit.Sliding for sliding windows), so that the same
-// trace gives identical decisions whatever the store.
+// Every implementation applies the same pure transitions, each kind's in
+// the kind table (Kind, Limit and Spec, kind.go: bucket.Params for token
+// buckets, window.Limit for windows, quota.Limit for quotas), so that the
+// same trace gives identical decisions whatever the store.
 package store
 
 import (
@@ -18,36 +19,24 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/bucket"
-	"github.com/sluicehq/sluice/quota"
-	"github.com/sluicehq/sluice/window"
 )
 
-// Spec is a limit as a store sees it. Specs are immutable and shared; a
-// store may key caches by their pointer.
-type Spec struct {
-	Kind        Kind
-	Bucket      bucket.Params
-	Window      window.Limit
-	MaxInFlight int64
-	LeaseTTL    time.Duration
-	Quota       quota.Limit
-	// OnStoreError is what a store that can fail (store/failover) does for
-	// this limit when its backend is unreachable: "fail_open",
-	// "fail_closed" or "local"; empty means the store's default.
-	OnStoreError string
-}
+// The modes of Spec.OnStoreError (a policy's on_store_error, sluice
+// serve's --on-store-error): what a store that can fail (store/failover)
+// does for a limit while its backend is unreachable.
+const (
+	// FailOpen admits the request.
+	FailOpen = "fail_open"
+	// FailClosed refuses it (ErrUnavailable).
+	FailClosed = "fail_closed"
+	// Local decides it in process, each instance with its share of the
+	// budget (Spec.Scaled).
+	Local = "local"
+)
 
-// NewBucketSpec compiles a token-bucket spec, with the representation of
-// bucket.CompileSmall (numbers a shared store's script can decide on plain
-// doubles, wherever the limit allows).
-func NewBucketSpec(l bucket.Limit) (*Spec, error) {
-	p, err := bucket.CompileSmall(l)
-	if err != nil {
-		return nil, err
-	}
-	return &Spec{Kind: TokenBucket, Bucket: p}, nil
-}
+// ErrorModes returns the modes of Spec.OnStoreError, in the order they are
+// listed to people: FailOpen, FailClosed, Local.
+func ErrorModes() []string { return []string{FailOpen, FailClosed, Local} }
 
 // Item is one bucket a request needs: its full key (unique per limit), its
 // spec, and the cost to take. Cost 0 peeks. A Concurrency item takes one
@@ -101,27 +90,27 @@ type Adjustment struct {
 	// Pause, when positive, is a pause instead of a correction (Delta is
 	// ignored): a token bucket is made empty exactly Pause from now, its
 	// debt reaching to then (bucket.Params.Pause), unless it is already in
-	// debt longer; other kinds are not paused.
+	// debt longer; kinds that are not Pausable are not paused.
 	Pause time.Duration
 	// Lower, when set (and Pause is not), is a ceiling instead of a
 	// correction: a token bucket is left holding at most Delta tokens now
 	// (bucket.Params.Lower: exactly Delta when it held more, unchanged
 	// otherwise; a negative Delta counts as 0), in one atomic step, also on
-	// a key that does not exist (a new, full state); other kinds are not
-	// lowered. A provider's own count of what is left, for example.
+	// a key that does not exist (a new, full state); kinds that are not
+	// Pausable are not lowered. A provider's own count of what is left, for example.
 	Lower bool
 }
 
 // Op says what an adjustment does, for stores: 'p' a pause, 'l' a
 // ceiling (Lower), '+' a charge, '-' a return, 0 nothing to apply (no
-// key or spec, a slot kind, a zero Delta, or a pause or ceiling on a kind
-// other than TokenBucket).
+// key or spec, a kind that holds slots, a zero Delta, or a pause or
+// ceiling on a kind that is not Pausable).
 func (a *Adjustment) Op() byte {
 	switch {
 	case a.Spec == nil || a.Key == "" || a.Spec.HoldsSlots():
 		return 0
 	case a.Pause > 0 || a.Lower:
-		if a.Spec.Kind != TokenBucket {
+		if !a.Spec.Kind.Pausable() {
 			return 0
 		}
 		if a.Pause > 0 {

@@ -46,11 +46,11 @@ import (
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
-// Modes of OnStoreError.
+// Modes of OnStoreError (store's).
 const (
-	FailOpen   = "fail_open"
-	FailClosed = "fail_closed"
-	Local      = "local"
+	FailOpen   = store.FailOpen
+	FailClosed = store.FailClosed
+	Local      = store.Local
 )
 
 // ValidMode reports whether m is one of the modes.

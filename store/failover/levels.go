@@ -11,11 +11,12 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// levels is what local mode keeps of token buckets (other kinds start
-// their local state new). seen holds, per key, the remaining the primary
-// reported at its last decision on this instance (at most max keys: past
-// it, new keys are not remembered and start their local bucket full); used
-// holds the keys decided locally in the current outage.
+// levels is what local mode keeps of Pausable kinds' states (token
+// buckets; other kinds start their local state new). seen holds, per key,
+// the remaining the primary reported at its last decision on this
+// instance (at most max keys: past it, new keys are not remembered and
+// start their local bucket full); used holds the keys decided locally in
+// the current outage.
 type levels struct {
 	max  int
 	mu   sync.Mutex
@@ -43,9 +44,10 @@ func (l *levels) init(maxKeys int) {
 	l.used = map[string]*store.Spec{}
 }
 
-// tracked reports whether local mode keeps sp's level.
+// tracked reports whether local mode keeps sp's level: a Pausable kind's
+// (one that takes a ceiling, store.Adjustment.Lower), in local mode.
 func (s *Store) tracked(sp *store.Spec) bool {
-	return sp.Kind == store.TokenBucket && s.mode(sp) == Local
+	return sp.Kind.Pausable() && s.mode(sp) == Local
 }
 
 // observe remembers the level of each local-mode token bucket the primary
@@ -101,8 +103,7 @@ func (l *levels) seed(ctx context.Context, s *Store, items []store.Item, at []in
 		if !ok {
 			continue
 		}
-		lim := it.Spec.Bucket.Limit()
-		est := float64(lv.remaining) + lim.Rate*time.Duration(time.Now().UnixNano()-lv.at).Seconds()
+		est := float64(lv.remaining) + it.Spec.Rate()*time.Duration(time.Now().UnixNano()-lv.at).Seconds()
 		est = math.Min(est, float64(it.Spec.Capacity()))
 		share := int64(math.Floor(est / float64(s.cfg.Instances)))
 		if share < local[j].Spec.Capacity() {

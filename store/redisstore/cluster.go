@@ -83,7 +83,7 @@ func (s *Store) peekAdmitted(ctx context.Context, items []store.Item, groups [][
 				it := &items[i]
 				if c.err == nil {
 					it.Decision = c.items[j].Decision
-				} else if it.Spec.Kind == store.Concurrency && it.Cost > 0 {
+				} else if it.Spec.HoldsSlots() && it.Cost > 0 {
 					it.Decision.Remaining++
 				} else {
 					it.Decision.Remaining += it.Cost
@@ -138,8 +138,8 @@ func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, lease string
 		for _, i := range idx {
 			switch it := items[i]; {
 			case it.Cost == 0:
-			case it.Spec.Kind == store.Concurrency:
-				rel.Keys = append(rel.Keys, s.Key(store.Concurrency, it.Key))
+			case it.Spec.HoldsSlots():
+				rel.Keys = append(rel.Keys, s.Key(it.Spec.Kind, it.Key))
 			default:
 				adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: -it.Cost, RefundBefore: it.RefundBefore})
 			}

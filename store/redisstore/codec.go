@@ -15,9 +15,31 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// kindLetter is each kind's letter in keys, states and the scripts'
-// arguments.
-var kindLetter = [...]byte{store.TokenBucket: 'b', store.SlidingWindow: 's', store.Concurrency: 'c', store.FixedWindow: 'f', store.Quota: 'q'}
+// kindCodecs is how the script is told of each kind, indexed by Kind (a
+// row for each of store.Kinds()): its letter in keys, states and the
+// script's arguments, and its spec's parameters (see argsOf). A kind that
+// take.lua and adjust.lua do not decide themselves is decided by its entry
+// in kinds.lua, KIND[letter].
+var kindCodecs = [...]struct {
+	letter byte
+	// args are the spec's 7 parameter fields and an id naming them (a
+	// double-path bucket's; "" for others): its tag is the letter then
+	// the id.
+	args func(s *Store, sp *store.Spec) (id string, fields []string)
+	// perCall: the arguments depend on the time (a quota's hold the
+	// periods around the caller's clock), so they are made at each call;
+	// the others are cached per spec.
+	perCall bool
+}{
+	store.TokenBucket:   {'b', bucketArgs, false},
+	store.SlidingWindow: {'s', windowArgs, false},
+	store.FixedWindow:   {'f', windowArgs, false},
+	store.Concurrency:   {'c', slotArgs, false},
+	store.Quota:         {'q', (*Store).quotaArgs, true},
+}
+
+// kindLetter is kind k's letter in keys, states and the script's arguments.
+func kindLetter(k store.Kind) byte { return kindCodecs[k].letter }
 
 func hex64(v int64) string {
 	const digits = "0123456789abcdef"
@@ -67,41 +89,51 @@ type specArgs struct {
 func (s *Store) paramsOf(sp *store.Spec) []string { return s.argsOf(sp).fields }
 
 // argsOf returns the script's arguments for sp (cached, specs being
-// immutable; a quota's are made at each call: they hold the periods
-// around the caller's clock). A token bucket whose numbers fit doubles exactly also gets
-// qn and rn (num = qn*den + rn), which select the script's double path,
-// and a tag naming its parameters (the script parses them once per tag);
-// others take the exact limb path.
+// immutable, unless its kind's are made per call).
 func (s *Store) argsOf(sp *store.Spec) *specArgs {
-	if sp.Kind == store.Quota {
-		return &specArgs{tag: "q", fields: s.quotaArgs(sp)}
+	c := &kindCodecs[sp.Kind]
+	if c.perCall {
+		id, p := c.args(s, sp)
+		return &specArgs{tag: string(c.letter) + id, fields: p}
 	}
 	if a, ok := s.params.Load(sp); ok {
 		return a.(*specArgs)
 	}
-	var p []string
-	tag := string(kindLetter[sp.Kind])
-	switch sp.Kind {
-	case store.TokenBucket:
-		b := &sp.Bucket
-		num, den, _ := b.Ratio()
-		qn, rn := "", ""
-		if FitsDoublePath(sp) {
-			qn, rn = strconv.FormatUint(num/den, 10), strconv.FormatUint(num%den, 10)
-		}
-		p = []string{hex64(b.Unit()), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed()), qn, rn}
-		if qn != "" {
-			sum := sha256.Sum256([]byte(strings.Join(p, ",")))
-			tag += hex.EncodeToString(sum[:8])
-		}
-	case store.SlidingWindow, store.FixedWindow:
-		p = []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", "", "", ""}
-	default:
-		p = []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", "", "", ""}
-	}
-	a := &specArgs{tag: tag, fields: p}
+	id, p := c.args(s, sp)
+	a := &specArgs{tag: string(c.letter) + id, fields: p}
 	s.params.Store(sp, a)
 	return a
+}
+
+// bucketArgs are a token bucket's: unit, capacity (units), rate num/den
+// (units per ns) and MaxElapsed, the limb path's; a bucket whose numbers
+// fit doubles exactly (FitsDoublePath) also gets qn and rn (num = qn*den +
+// rn), which select the script's double path, and a tag naming its
+// parameters (the script parses them once per tag).
+func bucketArgs(_ *Store, sp *store.Spec) (string, []string) {
+	b := &sp.Bucket
+	num, den, _ := b.Ratio()
+	qn, rn := "", ""
+	if FitsDoublePath(sp) {
+		qn, rn = strconv.FormatUint(num/den, 10), strconv.FormatUint(num%den, 10)
+	}
+	p := []string{hex64(b.Unit()), hex64(b.CapacityUnits()), hex64(int64(num)), hex64(int64(den)), hex64(b.MaxElapsed()), qn, rn}
+	if qn == "" {
+		return "", p
+	}
+	sum := sha256.Sum256([]byte(strings.Join(p, ",")))
+	return hex.EncodeToString(sum[:8]), p
+}
+
+// windowArgs are a window's: its limit and length (ns).
+func windowArgs(_ *Store, sp *store.Spec) (string, []string) {
+	return "", []string{hex64(sp.Window.Limit), hex64(int64(sp.Window.Window)), "", "", "", "", ""}
+}
+
+// slotArgs are a concurrency limit's: max_in_flight and lease_ttl (us),
+// decimal.
+func slotArgs(_ *Store, sp *store.Spec) (string, []string) {
+	return "", []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", "", "", ""}
 }
 
 // quotaArgs are a quota's 7 parameter fields: its limit and four period
@@ -110,7 +142,7 @@ func (s *Store) argsOf(sp *store.Spec) *specArgs {
 // holding the store's clock. The script refuses the call (before deciding
 // anything) when the store's clock is outside them: a clock a whole period
 // away from this host's.
-func (s *Store) quotaArgs(sp *store.Spec) []string {
+func (s *Store) quotaArgs(sp *store.Spec) (string, []string) {
 	now := time.Now().UnixNano()
 	if s.cfg.clock != nil {
 		now = s.cfg.clock.Now().UnixNano()
@@ -119,7 +151,7 @@ func (s *Store) quotaArgs(sp *store.Spec) []string {
 	b1, b2 := q.Bounds(now)
 	b0, _ := q.Bounds(b1 - 1)
 	_, b3 := q.Bounds(b2)
-	return []string{hex64(q.Limit), hex64(b0), hex64(b1), hex64(b2), hex64(b3), "", ""}
+	return "", []string{hex64(q.Limit), hex64(b0), hex64(b1), hex64(b2), hex64(b3), "", ""}
 }
 
 func (s *Store) now() string {

@@ -194,7 +194,7 @@ func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 // Key returns the Redis key of an item key under spec kind k: the prefix,
 // the item's hash tag if it starts with one, a kind letter, and the key.
 func (s *Store) Key(k store.Kind, key string) string {
-	return s.cfg.prefix + string(kindLetter[k]) + ":" + key
+	return s.cfg.prefix + string(kindLetter(k)) + ":" + key
 }
 
 // Take implements store.Store. On a single Redis (or one hash slot) the
@@ -219,7 +219,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}
 	lease := ""
 	for _, it := range items {
-		if it.Spec.Kind == store.Concurrency && it.Cost > 0 {
+		if it.Spec.HoldsSlots() && it.Cost > 0 {
 			lease = newLeaseID()
 			break
 		}
@@ -276,9 +276,9 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}
 	for _, it := range items {
 		res.Wait = max(res.Wait, it.Wait)
-		if it.Spec.Kind == store.Concurrency && it.Cost > 0 {
+		if it.Spec.HoldsSlots() && it.Cost > 0 {
 			res.Lease.ID = lease
-			res.Lease.Keys = append(res.Lease.Keys, s.Key(store.Concurrency, it.Key))
+			res.Lease.Keys = append(res.Lease.Keys, s.Key(it.Spec.Kind, it.Key))
 		}
 	}
 	return res, nil
@@ -333,7 +333,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 			d = -d
 		}
 		e.Keys = append(e.Keys, key)
-		e.Args = append(e.Args, string(kindLetter[a.Spec.Kind]), sign, hex64(d), hex64(max(a.RefundBefore, 0)))
+		e.Args = append(e.Args, string(kindLetter(a.Spec.Kind)), sign, hex64(d), hex64(max(a.RefundBefore, 0)))
 		e.Args = append(e.Args, s.paramsOf(a.Spec)...)
 	}
 	if len(order) == 0 {
