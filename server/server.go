@@ -453,20 +453,20 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 		Source  string `json:"source"`
 	}{Version: p.Version, Source: string(p.Source)}
 	for _, l := range p.Limits {
-		x := lim{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When, Capacity: l.Capacity(), OnStoreError: l.OnStoreError, Shadow: shadow[l.Name]}
-		switch l.Kind {
-		case policy.TokenBucket:
-			x.Refill = l.Bucket.Rate
-		case policy.SlidingWindow, policy.FixedWindow:
-			x.Window = l.Window.Window.String()
-		case policy.Concurrency:
-			x.LeaseTTL = l.LeaseTTL.String()
-		case policy.Quota:
-			x.Period, x.Timezone = l.Quota.Period.String(), l.Quota.Zone()
-		}
-		out.Limits = append(out.Limits, x)
+		sh := l.Shape() // (each field its kind's, zero and omitted for others)
+		out.Limits = append(out.Limits, lim{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When,
+			Capacity: sh.Capacity, Refill: sh.Rate, Window: durationField(sh.Window), LeaseTTL: durationField(sh.LeaseTTL),
+			Period: sh.Period, Timezone: sh.Timezone, OnStoreError: l.OnStoreError, Shadow: shadow[l.Name]})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// durationField is d as /v1/policy shows it ("1m0s"), "" (omitted) for 0.
+func durationField(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }
 
 // readiness is the body of /readyz. Status is "ready" (the store answers,
@@ -533,7 +533,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	rd := readiness{Status: "degraded", Store: "unreachable", Mode: s.cfg.StoreMode, Modes: modes, StoreError: err.Error()}
 	// Only fail_open and local answer without the store.
-	unanswerable := func(m string) bool { return m != "fail_open" && m != "local" }
+	unanswerable := func(m string) bool { return m != policy.FailOpen && m != policy.Local }
 	if s.cfg.StoreMode == "" || s.cfg.ReadyRequiresStore || slices.ContainsFunc(modes, unanswerable) {
 		rd.Status, rd.Code = "unavailable", answer.StoreUnreachable
 		rd.Error = "the store is unreachable: " + err.Error()
