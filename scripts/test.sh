@@ -112,24 +112,47 @@ need chromium chromium
 need nginx nginx
 if ! command -v python3 >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then missing+=(python3-venv); fi
 if [ ! -e /etc/ssl/certs/ca-certificates.crt ]; then missing+=(ca-certificates); fi
+# As root nothing asks for a password, so the packages install in the
+# background while gofmt, go vet and staticcheck run (none of them needs a
+# package); the first step that does (fuzzing: redisstore's target starts
+# redis-server) waits for them (debs_ready).
+# Through sudo they install here, in the foreground.
+as_root=()
+install_debs() {
+	"${as_root[@]}" apt-get update -qq &&
+		"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+apt_pid=""
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "installing Debian packages: ${missing[*]}"
-	as_root=()
-	if [ "$(id -u)" != 0 ]; then
+	if [ "$(id -u)" = 0 ]; then
+		install_debs >"$workdir/apt.log" 2>&1 &
+		apt_pid=$!
+	else
 		command -v sudo >/dev/null || { echo "test.sh: install these Debian packages first (not root, and no sudo): ${missing[*]}" >&2; exit 1; }
 		as_root=(sudo)
+		install_debs
 	fi
-	"${as_root[@]}" apt-get update -qq
-	"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+debs_checked=""
+debs_ready() {
+	[ -z "$debs_checked" ] || return 0
+	debs_checked=1
+	if [ -n "$apt_pid" ]; then
+		local t0; t0=$(date +%s)
+		wait "$apt_pid" || { cat "$workdir/apt.log"; echo "test.sh: installing ${missing[*]} failed" >&2; exit 1; }
+		apt_pid=""
+		echo "Debian packages installed: ${missing[*]} (waited $(($(date +%s) - t0))s for them)"
+	fi
+	redis-server --version
+	python3 --version
+	echo "node $(node --version), npm $(npm --version)"
+	promtool --version 2>&1 | head -1
+}
 if [ -n "$staticcheck_pid" ]; then
 	wait "$staticcheck_pid" || { cat "$workdir/staticcheck.log"; exit 1; }
 fi
 staticcheck -version
-redis-server --version
-python3 --version
-echo "node $(node --version), npm $(npm --version)"
-promtool --version 2>&1 | head -1
 
 # The workspace's modules (go.work; see "Modules" in the README) are
 # tested together: patterns name every module's packages. bench/ is a
@@ -154,43 +177,51 @@ step "lean library (scripts/lean-check.sh)"
 step "go vet + staticcheck (bench/)"
 (cd bench && GOWORK=off go vet ./... && GOWORK=off staticcheck ./...)
 
-# fuzz_one fuzzes one target for FUZZTIME with one worker (the other core
-# goes on with the background builds). A finding writes a failing input
-# under testdata/fuzz/ and fails the run. Go 1.26's fuzz coordinator can also
-# fail a run with a bare "context deadline exceeded" at the -fuzztime
-# boundary when its workers are starved of CPU (go.dev/issue/75804, fixed in
-# Go 1.27): with no input written, the target is run once more, and only a
-# second such failure with no input written is reported as a flake (not a
-# failure).
+# fuzz_one fuzzes one target for FUZZTIME with one worker; two targets
+# fuzz at a time (one per core), each into a log of its own. A finding
+# writes a failing input under testdata/fuzz/ and fails the run. Go 1.26's
+# fuzz coordinator can also fail a run with a bare "context deadline
+# exceeded" at the -fuzztime boundary when its workers are starved of CPU
+# (go.dev/issue/75804, fixed in Go 1.27): with no input written, the target
+# is run once more, and only a second such failure with no input written is
+# reported as a flake (not a failure).
 fuzz_one() {
 	local pkg=$1 target=$2 dir=$3 corpus="$3/testdata/fuzz/$2" before after
+	local log="$workdir/fuzz-${pkg//\//_}-$target.log"
+	echo "-- $pkg $target"
 	for attempt in 1 2; do
 		before=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
-		if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" -parallel 1 "$pkg" >"$workdir/fuzz.log" 2>&1; then
+		if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" -parallel 1 "$pkg" >"$log" 2>&1; then
 			return 0
 		fi
 		after=$( (ls "$corpus" 2>/dev/null || true) | wc -l)
-		if [ "$after" != "$before" ] || ! grep -q "context deadline exceeded" "$workdir/fuzz.log"; then
-			cat "$workdir/fuzz.log"
-			exit 1
+		if [ "$after" != "$before" ] || ! grep -q "context deadline exceeded" "$log"; then
+			echo "== $pkg $target failed:"
+			cat "$log"
+			return 1
 		fi
-		echo "   (Go's fuzz coordinator missed its deadline, no input written: go.dev/issue/75804; attempt $attempt)"
+		echo "   ($target: Go's fuzz coordinator missed its deadline, no input written: go.dev/issue/75804; attempt $attempt)"
 	done
 	echo "   flake: $target hit go.dev/issue/75804 twice with no failing input; not counted as a failure"
 }
 
 if [ "$FUZZTIME" != "0" ]; then
-	step "fuzz (${FUZZTIME} per target)"
+	step "fuzz (${FUZZTIME} per target, two at a time)"
+	debs_ready
+	export -f fuzz_one
+	export FUZZTIME workdir
 	# (one go list for every package and its directory)
 	while read -r pkg dir; do
 		for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
-			echo "-- $pkg $target"
-			fuzz_one "$pkg" "$target" "$dir"
+			printf '%s\n%s\n%s\n' "$pkg" "$target" "$dir"
 		done
-	done < <(go list -f '{{.ImportPath}} {{.Dir}}' "${pkgs[@]}")
+	done < <(go list -f '{{.ImportPath}} {{.Dir}}' "${pkgs[@]}") |
+		xargs -d '\n' -n 3 -P 2 bash -c 'fuzz_one "$@"' fuzz_one ||
+		{ echo "test.sh: fuzzing found a failing input (above)" >&2; exit 1; }
 fi
 
 step "benchmarks compile and run once (bench/)"
+debs_ready
 (cd bench && GOWORK=off go test -count=1 -run '^$' -bench . -benchtime 1x ./... >/dev/null)
 
 # Issue 15's proof, short: worker processes sharing one provider budget
