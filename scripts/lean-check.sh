@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the library is lean: a module that imports only the library
 # packages (sluice, bucket, window, quota, gate, httplimit, policy,
-# limiter, store, store/memstore) has in its module graph (go mod graph)
+# limiter, overrides, store, store/memstore) has in its module graph (go mod graph)
 # no gRPC, Envoy protos, Redis client, plotting or CLI library. The
 # consumer module is made in a temporary directory, requiring this
 # repository's root module by a replace directive.
@@ -28,6 +28,7 @@ import (
 	_ "github.com/sluicehq/sluice/gate"
 	_ "github.com/sluicehq/sluice/httplimit"
 	_ "github.com/sluicehq/sluice/limiter"
+	_ "github.com/sluicehq/sluice/overrides"
 	_ "github.com/sluicehq/sluice/policy"
 	_ "github.com/sluicehq/sluice/quota"
 	_ "github.com/sluicehq/sluice/store"
