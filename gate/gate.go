@@ -46,7 +46,7 @@
 //     at once holds no place), not of the fleet; Stats and Event report this process's counts, and as tokens
 //     the remaining after this process's last decision;
 //   - a store error refuses the call with that error (reason
-//     "store_error"); store/failover decides what an outage means.
+//     [ReasonStoreError]); store/failover decides what an outage means.
 //
 // StartEmpty does not apply to a shared gate (its buckets start full in
 // the store), and MaxInFlight needs a store that can renew leases
@@ -433,11 +433,7 @@ func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes boo
 		return hold{}, errNotMade
 	}
 	if err := bucket.CheckCost(cost, g.limit.Capacity); err != nil {
-		reason := "cost_exceeds_capacity"
-		if cost < 0 {
-			reason = "invalid_cost"
-		}
-		g.reject(err, reason, cost, attempt, 0)
+		g.reject(err, costReason(err), cost, attempt, 0)
 		return hold{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -485,7 +481,7 @@ func (g *Gate) tryNowDims(cost int64, attempt int, ch []int64) (*bucket.Reservat
 		}
 		if g.takeSlot() {
 			g.countAdmitted(attempt)
-			g.observe("admitted", "", cost, attempt, 0)
+			g.observe(ResultAdmitted, "", cost, attempt, 0)
 			return r, dres, true
 		}
 		cancelAll(r, dres) // lost the last slot to another caller: exact refund
@@ -565,7 +561,7 @@ func (g *Gate) tryNow(cost int64, attempt int, wantRes bool) (*bucket.Reservatio
 			}
 			if g.takeSlot() {
 				g.countAdmitted(attempt)
-				g.observe("admitted", "", cost, attempt, 0)
+				g.observe(ResultAdmitted, "", cost, attempt, 0)
 				return r, true
 			}
 			r.Cancel() // lost the last slot to another caller: exact refund
@@ -577,7 +573,7 @@ func (g *Gate) tryNow(cost int64, attempt int, wantRes bool) (*bucket.Reservatio
 		}
 		if g.takeSlot() {
 			g.countAdmitted(attempt)
-			g.observe("admitted", "", cost, attempt, 0)
+			g.observe(ResultAdmitted, "", cost, attempt, 0)
 			return nil, true
 		}
 		g.b.Undo(receipt)

@@ -9,11 +9,29 @@ import (
 	"time"
 )
 
+// The results of a decision: Event.Result and the logs' "result".
+const (
+	ResultAdmitted = "admitted"
+	ResultRejected = "rejected"
+)
+
+// The reasons of a refusal: Event.Reason, the keys of Stats.Rejected and
+// the logs' "reason". They are wire values (metric labels, log fields):
+// they never change.
+const (
+	ReasonQueueFull           = "queue_full"            // no place to wait (Config.MaxQueue)
+	ReasonWaitTooLong         = "wait_too_long"         // admission would come after the wait allowed
+	ReasonCostExceedsCapacity = "cost_exceeds_capacity" // a cost above a budget's capacity
+	ReasonInvalidCost         = "invalid_cost"          // a negative cost
+	ReasonCanceled            = "canceled"              // the caller's context ended while it waited
+	ReasonStoreError          = "store_error"           // a shared gate's store failed (Config.Store)
+)
+
 // Event describes one admission decision, for metrics.
 type Event struct {
 	Limiter         string        // Config.Name
-	Result          string        // "admitted" or "rejected"
-	Reason          string        // for rejections: "queue_full", "wait_too_long", "cost_exceeds_capacity", "invalid_cost", "canceled", "store_error"
+	Result          string        // ResultAdmitted or ResultRejected
+	Reason          string        // for rejections: one of the Reason constants
 	Retry           bool          // a retried attempt, not an original call
 	Attempt         int           // 1 for the original call
 	Cost            int64         // token_cost
@@ -58,9 +76,8 @@ type Stats struct {
 	RejectedCost        uint64 // cost above capacity or negative
 	Canceled            uint64 // waiters whose context ended
 	RejectedStore       uint64 // a shared gate's store failed (Config.Store)
-	// Rejected is the same refusals keyed by Event.Reason ("queue_full",
-	// "wait_too_long", "cost_exceeds_capacity" with "invalid_cost",
-	// "canceled", "store_error").
+	// Rejected is the same refusals keyed by Event.Reason: every reason
+	// but ReasonInvalidCost, counted with ReasonCostExceedsCapacity.
 	Rejected    map[string]uint64
 	Queued      int       // callers waiting now
 	InFlight    int       // calls admitted and not finished now
@@ -87,8 +104,8 @@ func (g *Gate) Stats() Stats {
 	}
 	s.Dimensions = g.dimStats()
 	s.Rejected = map[string]uint64{
-		"queue_full": s.RejectedQueueFull, "wait_too_long": s.RejectedWaitTooLong,
-		"cost_exceeds_capacity": s.RejectedCost, "canceled": s.Canceled, "store_error": s.RejectedStore,
+		ReasonQueueFull: s.RejectedQueueFull, ReasonWaitTooLong: s.RejectedWaitTooLong,
+		ReasonCostExceedsCapacity: s.RejectedCost, ReasonCanceled: s.Canceled, ReasonStoreError: s.RejectedStore,
 	}
 	g.mu.Lock()
 	if g.pausedUntil.After(g.now()) {
@@ -116,24 +133,24 @@ func (g *Gate) observe(result, reason string, cost int64, attempt int, waited ti
 // reject counts a refusal and reports it to Observe and the log.
 func (g *Gate) reject(err error, reason string, cost int64, attempt int, waited time.Duration) {
 	switch reason {
-	case "queue_full":
+	case ReasonQueueFull:
 		g.counters.queueFull.Add(1)
-	case "wait_too_long":
+	case ReasonWaitTooLong:
 		g.counters.waitTooLong.Add(1)
-	case "canceled":
+	case ReasonCanceled:
 		g.counters.canceled.Add(1)
-	case "store_error":
+	case ReasonStoreError:
 		g.counters.storeErrors.Add(1)
-	default:
+	default: // ReasonCostExceedsCapacity, ReasonInvalidCost
 		g.counters.badCost.Add(1)
 	}
-	g.observe("rejected", reason, cost, attempt, waited)
+	g.observe(ResultRejected, reason, cost, attempt, waited)
 	if g.cfg.Logger == nil {
 		return
 	}
 	g.mu.Lock()
 	g.logLocked(slog.LevelInfo, "rate limit: call refused",
-		slog.String("result", "rejected"), slog.String("reason", reason),
+		slog.String("result", ResultRejected), slog.String("reason", reason),
 		slog.Int64("bucket_capacity", g.limit.Capacity), slog.Float64("refill_per_second", g.limit.Rate),
 		slog.Int64("token_cost", cost), slog.Float64("tokens_remaining", g.tokens(0)),
 		slog.Bool("retry", attempt > 1), slog.Int("attempt", attempt), slog.Int64("waited_ms", ceilMS(waited)),

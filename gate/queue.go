@@ -80,7 +80,7 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64)
 		} else {
 			err = sluice.Errorf(sluice.ErrQueueFull, "%q: %d callers already wait (MaxQueue %d)", g.name, g.cfg.MaxQueue, g.cfg.MaxQueue)
 		}
-		g.reject(err, "queue_full", cost, attempt, 0)
+		g.reject(err, ReasonQueueFull, cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
 	budget := g.budget(ctx, now)
@@ -91,14 +91,14 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64)
 	if pause > budget {
 		g.mu.Unlock()
 		err := sluice.Errorf(sluice.ErrWaitTooLong, "%q is paused by a server hint for %v, more than the %v allowed", g.name, pause, budget)
-		g.reject(err, "wait_too_long", cost, attempt, 0)
+		g.reject(err, ReasonWaitTooLong, cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
 	res, dres, ready, err := g.bookLocked(now, cost, ch, budget)
 	if err != nil {
 		g.mu.Unlock()
 		err = fmt.Errorf("%q: %w", g.name, err)
-		g.reject(err, "wait_too_long", cost, attempt, 0)
+		g.reject(err, ReasonWaitTooLong, cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
 	w := &waiter{cost: cost, res: res, ch: ch, dres: dres, ready: ready, wake: make(chan struct{}, 1), attempt: attempt}
@@ -158,7 +158,7 @@ func (g *Gate) wait(ctx context.Context, w *waiter, start time.Time) error {
 		}
 		if w.admitted {
 			g.mu.Unlock()
-			g.observe("admitted", "", w.cost, w.attempt, now.Sub(start))
+			g.observe(ResultAdmitted, "", w.cost, w.attempt, now.Sub(start))
 			return nil
 		}
 		ready := g.readyLocked(w)
@@ -167,7 +167,7 @@ func (g *Gate) wait(ctx context.Context, w *waiter, start time.Time) error {
 			g.mu.Unlock()
 			err := sluice.Errorf(sluice.ErrWaitTooLong, "%q: admission at %v would exceed the wait allowed (%v)",
 				g.name, ready.Sub(start), w.limit.Sub(start))
-			g.reject(err, "wait_too_long", w.cost, w.attempt, now.Sub(start))
+			g.reject(err, ReasonWaitTooLong, w.cost, w.attempt, now.Sub(start))
 			return err
 		}
 		// Sleep until ready (if not yet), or the limit, or a signal.
@@ -198,7 +198,7 @@ func (g *Gate) wait(ctx context.Context, w *waiter, start time.Time) error {
 			if admitted {
 				g.release()
 			}
-			g.reject(ctx.Err(), "canceled", w.cost, w.attempt, g.now().Sub(start))
+			g.reject(ctx.Err(), ReasonCanceled, w.cost, w.attempt, g.now().Sub(start))
 			return ctx.Err()
 		}
 	}

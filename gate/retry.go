@@ -37,7 +37,7 @@ func (g *Gate) beforeRetry(ctx context.Context, attempt int, last error) error {
 	budget := g.budget(ctx, now)
 	if need > budget || (g.cfg.MaxWait > 0 && pause > g.cfg.MaxWait) {
 		err := sluice.Errorf(sluice.ErrWaitTooLong, "retry %d of %q would wait %v, more than the %v allowed", attempt-1, g.name, need, budget)
-		g.reject(err, "wait_too_long", 0, attempt, 0)
+		g.reject(err, ReasonWaitTooLong, 0, attempt, 0)
 		return joinErrors(err, last)
 	}
 	if delay <= 0 {

@@ -156,7 +156,7 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 	}()
 	if pause := g.pauseFor(ch); g.cfg.MaxQueue > 0 && pause > limit.Sub(start) {
 		err := sluice.Errorf(sluice.ErrWaitTooLong, "%q is paused by a server hint for %v, more than the %v allowed", g.name, pause, limit.Sub(start))
-		g.reject(err, "wait_too_long", cost, attempt, 0)
+		g.reject(err, ReasonWaitTooLong, cost, attempt, 0)
 		return nil, err
 	}
 	for poll := 0; ; poll++ {
@@ -168,11 +168,11 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 		answered := time.Now() // (a booked wait counts from the store's answer: store.Item.Wait)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			g.reject(ctx.Err(), "canceled", cost, attempt, time.Since(start))
+			g.reject(ctx.Err(), ReasonCanceled, cost, attempt, time.Since(start))
 			return nil, ctx.Err()
 		case err != nil:
 			err = fmt.Errorf("gate %q: store: %w", g.name, err)
-			g.reject(err, "store_error", cost, attempt, time.Since(start))
+			g.reject(err, ReasonStoreError, cost, attempt, time.Since(start))
 			return nil, err
 		}
 		sh.note(items, at)
@@ -184,7 +184,7 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 			}
 			if ctx.Err() != nil {
 				h.cancel()
-				g.reject(ctx.Err(), "canceled", cost, attempt, time.Since(start))
+				g.reject(ctx.Err(), ReasonCanceled, cost, attempt, time.Since(start))
 				return nil, ctx.Err()
 			}
 			return g.admitShared(ctx, h, answered.Add(res.Wait), ch, cost, attempt, start, limit)
@@ -196,15 +196,15 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 		}
 		if queued && why != "budget" && time.Until(limit) > 0 {
 			if err := sh.await(ctx, poll, min(retry, time.Until(limit))); err != nil {
-				g.reject(err, "canceled", cost, attempt, time.Since(start))
+				g.reject(err, ReasonCanceled, cost, attempt, time.Since(start))
 				return nil, err
 			}
 			continue
 		}
 		err = g.sharedRefusal(queued, why, retry, limit.Sub(start))
-		reason := "wait_too_long"
+		reason := ReasonWaitTooLong
 		if !queued {
-			reason = "queue_full"
+			reason = ReasonQueueFull
 		}
 		g.reject(err, reason, cost, attempt, time.Since(start))
 		return nil, err
@@ -320,7 +320,7 @@ func (g *Gate) admitShared(ctx context.Context, h *sharedHold, booked time.Time,
 			if at.After(limit) {
 				h.cancel()
 				err := sluice.Errorf(sluice.ErrWaitTooLong, "%q: a server hint pauses it for %v, past the wait allowed (%v)", g.name, p, limit.Sub(start))
-				g.reject(err, "wait_too_long", cost, attempt, time.Since(start))
+				g.reject(err, ReasonWaitTooLong, cost, attempt, time.Since(start))
 				return nil, err
 			}
 		}
@@ -334,13 +334,13 @@ func (g *Gate) admitShared(ctx context.Context, h *sharedHold, booked time.Time,
 		case <-ctx.Done():
 			t.Stop()
 			h.cancel()
-			g.reject(ctx.Err(), "canceled", cost, attempt, time.Since(start))
+			g.reject(ctx.Err(), ReasonCanceled, cost, attempt, time.Since(start))
 			return nil, ctx.Err()
 		}
 	}
 	g.inFlight.Add(1)
 	g.countAdmitted(attempt)
-	g.observe("admitted", "", cost, attempt, time.Since(start))
+	g.observe(ResultAdmitted, "", cost, attempt, time.Since(start))
 	return h, nil
 }
 

@@ -110,9 +110,9 @@ func (g *Gate) hasDim(name string) bool {
 // costReason is the refusal reason of a cost error.
 func costReason(err error) string {
 	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
-		return "cost_exceeds_capacity"
+		return ReasonCostExceedsCapacity
 	}
-	return "invalid_cost"
+	return ReasonInvalidCost
 }
 
 // Settle replaces the estimate by the actual cost: the unused part goes
