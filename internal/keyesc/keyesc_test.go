@@ -3,6 +3,7 @@ package keyesc
 import "testing"
 
 func TestAppend(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ s, special, want string }{
 		{"acme", ":{}", "acme"},
 		{"a:b{c}%", ":{}", "a%3Ab%7Bc%7D%25"},

@@ -1,3 +1,4 @@
+// Process attributes on Linux: a server dies with the test process.
 package redistest
 
 import "syscall"

@@ -1,3 +1,5 @@
+// Process attributes elsewhere than Linux: none (Stop ends the servers).
+
 //go:build !linux
 
 package redistest

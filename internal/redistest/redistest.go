@@ -1,8 +1,10 @@
 // Package redistest starts real redis-server processes for tests: a single
 // server or a Redis Cluster, on free loopback ports, in temporary
 // directories, stopped when the test (or TestMain) ends. It never uses a
-// Redis that is already running. When redis-server is missing it installs
-// Debian's package (as root, with apt-get), as a fresh machine needs.
+// Redis that is already running, and never installs one: redis-server and
+// redis-cli are found on PATH, and a test that lacks them is skipped in
+// -short mode and fails otherwise (internal/testbin's rule; New, NewCluster
+// and Shared apply it).
 package redistest
 
 import (
@@ -19,39 +21,60 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testbin"
 )
 
-var (
-	installOnce sync.Once
-	installErr  error
-)
-
-// Binary returns the path of redis-server, installing it when missing.
+// Binary returns the path of redis-server on PATH.
 func Binary() (string, error) {
-	installOnce.Do(func() {
-		if _, err := exec.LookPath("redis-server"); err == nil {
-			return
-		}
-		if _, err := os.Stat("/usr/bin/redis-server"); err == nil {
-			return
-		}
-		if os.Geteuid() != 0 {
-			installErr = errors.New("redistest: redis-server is not installed (apt-get install redis-server)")
-			return
-		}
-		cmd := exec.Command("sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			installErr = fmt.Errorf("redistest: installing redis-server: %v\n%s", err, out)
-		}
-	})
-	if installErr != nil {
-		return "", installErr
+	p, err := testbin.RedisServer.Look()
+	if err != nil {
+		return "", fmt.Errorf("redistest: redis-server %v (%s)", err, testbin.RedisServer.Install)
 	}
-	if p, err := exec.LookPath("redis-server"); err == nil {
-		return p, nil
+	return p, nil
+}
+
+// New starts a redis-server for t (as Start does), stopped when t ends. A
+// missing redis-server skips t in -short mode and fails it otherwise.
+func New(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	testbin.Need(t, testbin.RedisServer)
+	s, err := Start(extra...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return "/usr/bin/redis-server", nil
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Shared is one redis-server for the tests of a test binary: started by
+// the first test that asks for its address, stopped by Stop (in TestMain,
+// after m.Run). A missing redis-server ends each test that asks, as New
+// does.
+type Shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Addr returns the shared server's address, starting it on first use.
+func (s *Shared) Addr(t testing.TB) string {
+	t.Helper()
+	testbin.Need(t, testbin.RedisServer)
+	s.once.Do(func() { s.srv, s.err = Start() })
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.srv.Addr
+}
+
+// Stop stops the shared server if a test started it.
+func (s *Shared) Stop() {
+	if s.srv != nil {
+		s.srv.Stop()
+	}
 }
 
 // Server is a redis-server process of the test's own.
@@ -242,6 +265,50 @@ func (c *Cluster) Addrs() []string {
 	return a
 }
 
+// NewCluster starts a cluster of n masters for t (as StartCluster does),
+// stopped when t ends. A missing redis-server or redis-cli skips t in
+// -short mode and fails it otherwise.
+func NewCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	testbin.Need(t, testbin.RedisServer)
+	testbin.Need(t, testbin.RedisCLI)
+	c, err := StartCluster(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// SharedCluster is one cluster of N masters for the tests of a test
+// binary, as Shared is one server.
+type SharedCluster struct {
+	N    int
+	once sync.Once
+	c    *Cluster
+	err  error
+}
+
+// Addrs returns the shared cluster's node addresses, starting it on first
+// use.
+func (s *SharedCluster) Addrs(t testing.TB) []string {
+	t.Helper()
+	testbin.Need(t, testbin.RedisServer)
+	testbin.Need(t, testbin.RedisCLI)
+	s.once.Do(func() { s.c, s.err = StartCluster(s.N) })
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.c.Addrs()
+}
+
+// Stop stops the shared cluster if a test started it.
+func (s *SharedCluster) Stop() {
+	if s.c != nil {
+		s.c.Stop()
+	}
+}
+
 // StartCluster starts n >= 3 masters and joins them into a cluster.
 func StartCluster(n int) (*Cluster, error) {
 	c := &Cluster{}
@@ -254,9 +321,10 @@ func StartCluster(n int) (*Cluster, error) {
 		}
 		c.Nodes = append(c.Nodes, s)
 	}
-	cli, err := exec.LookPath("redis-cli")
+	cli, err := testbin.RedisCLI.Look()
 	if err != nil {
-		cli = "/usr/bin/redis-cli"
+		c.Stop()
+		return nil, fmt.Errorf("redistest: redis-cli %v (%s)", err, testbin.RedisCLI.Install)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")

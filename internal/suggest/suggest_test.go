@@ -3,6 +3,7 @@ package suggest
 import "testing"
 
 func TestDistance(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		a, b string
 		want int
@@ -21,6 +22,7 @@ func TestDistance(t *testing.T) {
 }
 
 func TestNearest(t *testing.T) {
+	t.Parallel()
 	fields := []string{"name", "key", "when", "capacity", "refill_per_second", "refill"}
 	for s, want := range map[string]string{
 		"refil_per_second": "refill_per_second", "Capacity": "capacity", "capcity": "capacity",

@@ -1,0 +1,89 @@
+// Package testbin finds the programs other than Go that sluice's tests run
+// (redis-server, redis-cli, nginx, Chromium, Caddy, Traefik, python3,
+// node), under one rule written here:
+//
+//   - a program is the file its environment variable names when it has one
+//     and that variable is set (SLUICE_CADDY, SLUICE_TRAEFIK), else the
+//     first of its names found on PATH (nothing else is searched);
+//   - when it is missing, a test in -short mode (the fast loop, go test
+//     -short ./...) is skipped, saying how to run it, and any other test
+//     fails, saying what to install: without -short nothing is skipped
+//     silently.
+//
+// Tests never install anything: the test command, scripts/test.sh, installs
+// every program (and puts Caddy's and Traefik's builds in their variables).
+package testbin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// Program is a program some tests need.
+type Program struct {
+	Names   []string // tried in order on PATH; the first names it in messages
+	Env     string   // a variable holding the program's path, tried first ("" for none)
+	Install string   // how to get it, for the messages
+}
+
+// The programs the tests run.
+var (
+	RedisServer = Program{Names: []string{"redis-server"}, Install: "apt-get install redis-server"}
+	RedisCLI    = Program{Names: []string{"redis-cli"}, Install: "apt-get install redis-tools"}
+	Nginx       = Program{Names: []string{"nginx"}, Install: "apt-get install nginx, with /usr/sbin on PATH"}
+	Chromium    = Program{Names: []string{"chromium", "chromium-browser", "google-chrome"}, Install: "apt-get install chromium"}
+	Caddy       = Program{Names: []string{"caddy"}, Env: "SLUICE_CADDY", Install: "SLUICE_CADDY=$(tools/caddy/build.sh)"}
+	Traefik     = Program{Names: []string{"traefik"}, Env: "SLUICE_TRAEFIK", Install: "SLUICE_TRAEFIK=$(tools/traefik/build.sh)"}
+	Python3     = Program{Names: []string{"python3"}, Install: "apt-get install python3"}
+	Node        = Program{Names: []string{"node"}, Install: "apt-get install nodejs"}
+)
+
+// Name is the program's first name.
+func (p Program) Name() string { return p.Names[0] }
+
+// Look returns the program's path: $Env when that is set (the file must
+// exist), else the first of Names on PATH.
+func (p Program) Look() (string, error) {
+	if p.Env != "" {
+		if v := os.Getenv(p.Env); v != "" {
+			if _, err := os.Stat(v); err != nil {
+				return "", fmt.Errorf("%s=%s: %w", p.Env, v, err)
+			}
+			return v, nil
+		}
+	}
+	for _, n := range p.Names {
+		if path, err := exec.LookPath(n); err == nil {
+			return path, nil
+		}
+	}
+	where := "not on PATH"
+	if p.Env != "" {
+		where += ", $" + p.Env + " unset"
+	}
+	return "", errors.New(where)
+}
+
+// Need returns the program's path for t, or ends t when it is missing:
+// skipped in -short mode, failed otherwise.
+func Need(t testing.TB, p Program) string {
+	t.Helper()
+	path, err := p.Look()
+	if err != nil {
+		Missing(t, p.Name()+" ("+err.Error()+")", "install it ("+p.Install+")")
+	}
+	return path
+}
+
+// Missing ends t for something it needs and lacks (what), saying how to get
+// it: skipped in -short mode, failed otherwise. For a program use Need.
+func Missing(t testing.TB, what, how string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: run ./scripts/test.sh, or %s and run without -short", what, how)
+	}
+	t.Fatalf("needs %s: %s, or run ./scripts/test.sh (which installs everything); go test -short skips the tests that need it", what, how)
+}
