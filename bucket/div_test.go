@@ -19,6 +19,7 @@ func checkDiv(t testing.TB, d, hi, lo uint64) {
 }
 
 func TestDivisorMatchesDiv64(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(9, 9))
 	edge := []uint64{1, 2, 3, 4, 5, 1 << 24, 1953125, 1<<63 - 1, 1 << 63, ^uint64(0), ^uint64(0) - 1}
 	for _, d := range edge {

@@ -94,6 +94,7 @@ func randomLimit(rng *rand.Rand) bucket.Limit {
 // surplus is under 1e-6 of the capacity, reports Remaining within the same
 // bound, and a caller that waits exactly RetryAfter is admitted.
 func TestPropertyAgainstExactModel(t *testing.T) {
+	t.Parallel()
 	seeds := 300
 	steps := 400
 	if testing.Short() {
@@ -198,6 +199,7 @@ func TestPropertyAgainstExactModel(t *testing.T) {
 // bucket, admitted cost over [0, t] is at most B + r*t, and (the load being
 // heavier than the rate) at least B + r*t - 1e-6*B - one token.
 func TestAdmittedNeverExceedsBound(t *testing.T) {
+	t.Parallel()
 	n := 2_000_000
 	if testing.Short() {
 		n = 200_000
@@ -263,6 +265,7 @@ func TestAdmittedNeverExceedsBound(t *testing.T) {
 // one. The cases are a rate in binary units whose virtual clock has a
 // fractional phase, and one in whole units whose MaxElapsed is about 1 s.
 func TestRebaseIsExact(t *testing.T) {
+	t.Parallel()
 	for _, l := range []bucket.Limit{
 		{Capacity: 1000, Rate: math.Nextafter(1e9/7, 0)},
 		{Capacity: 1000, Rate: 999_999_937},

@@ -59,6 +59,7 @@ func TestRemainingExactAfterFull(t *testing.T) {
 // A reservation on a full bucket restarts it exactly too: booking the whole
 // capacity at a fractional instant leaves nothing owed beyond the cost.
 func TestReserveOnFullIsExact(t *testing.T) {
+	t.Parallel()
 	b, clk := newAt(t, bucket.PerSecond(10))
 	clk.Advance(time.Nanosecond)
 	r, err := b.Reserve(10, 0)

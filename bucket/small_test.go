@@ -12,6 +12,7 @@ import (
 // 1e9/s written as N per second, within plain doubles: capacity below 2^52
 // units, a clock tick below 2^26 ns, whole units per tick.
 func TestCompileSmallFitsDoubles(t *testing.T) {
+	t.Parallel()
 	units := []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}
 	rpus := []int64{1, 3, 7, 100, 999, 1000, 12345, 99_999, 1_000_003, 16_777_213, 123_456_789, 999_999_937, 1_000_000_000}
 	for _, u := range units {

@@ -18,6 +18,7 @@ import (
 // moves "last" back to the stale time and then credits the same interval
 // twice.
 func TestStaleAllowAtNeverMints(t *testing.T) {
+	t.Parallel()
 	b, _ := newAt(t, bucket.Limit{Capacity: 1, Rate: 1})
 	at := func(s float64) time.Time { return epoch0.Add(time.Duration(s * float64(time.Second))) }
 	if d, _ := b.AllowAt(at(10), 1); !d.Allowed {
@@ -71,6 +72,7 @@ func TestStaleTimesUnderContention(t *testing.T) {
 // A clock that steps backwards neither adds nor removes credit, also after
 // it steps forward again.
 func TestClockStepsBack(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 3, Rate: 1})
 	c.Advance(10 * time.Second)
 	allow(t, b, 3) // drained at t=10
@@ -99,6 +101,7 @@ func TestClockStepsBack(t *testing.T) {
 
 // Many goroutines racing at a frozen instant admit exactly the capacity.
 func TestConcurrentFrozenInstant(t *testing.T) {
+	t.Parallel()
 	for _, capacity := range []int64{1, 7, 1000} {
 		b, _ := newAt(t, bucket.Limit{Capacity: capacity, Rate: 0.5})
 		var admitted atomic.Int64
@@ -125,6 +128,7 @@ func TestConcurrentFrozenInstant(t *testing.T) {
 // exact: the tokens left are the capacity minus what was taken plus what
 // was returned, to the unit.
 func TestConcurrentMixedExact(t *testing.T) {
+	t.Parallel()
 	l := bucket.Limit{Capacity: 500, Rate: 100}
 	b, _ := newAt(t, l)
 	var net atomic.Int64
@@ -163,6 +167,7 @@ func TestConcurrentMixedExact(t *testing.T) {
 }
 
 func TestReserveCancelExact(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
 	allow(t, b, 10)
 	r1, err := b.Reserve(5, time.Minute)
@@ -220,6 +225,7 @@ func TestReserveCancelExact(t *testing.T) {
 // The minting sequence a careless Cancel allows: reserve everything, let
 // the bucket refill, spend it again, then cancel the old reservation.
 func TestLateCancelNeverMints(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
 	r, _ := b.Reserve(10, 0)
 	c.Advance(20 * time.Second) // full again
@@ -231,6 +237,7 @@ func TestLateCancelNeverMints(t *testing.T) {
 }
 
 func TestSettle(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 100, Rate: 10})
 	r, _ := b.Reserve(40, 0) // estimate 40
 	c.Advance(time.Second)   // 60 + 10 = 70
@@ -259,6 +266,7 @@ func TestSettle(t *testing.T) {
 }
 
 func TestReserveWaitTooLongBooksNothing(t *testing.T) {
+	t.Parallel()
 	b, _ := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
 	allow(t, b, 10)
 	_, err := b.Reserve(5, 4*time.Second)
@@ -364,6 +372,7 @@ func ctxDone() context.Context {
 }
 
 func TestSetLimitKeepsCredit(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
 	allow(t, b, 4) // 6 left
 	if err := b.SetLimit(bucket.Limit{Capacity: 20, Rate: 5}); err != nil {
@@ -417,6 +426,7 @@ func TestRealClock(t *testing.T) {
 }
 
 func TestTakeUndo(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
 	d, r, err := b.Take(4)
 	if err != nil || !d.Allowed || d.ResetAfter != 4*time.Second {

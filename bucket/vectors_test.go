@@ -33,6 +33,7 @@ func allow(t *testing.T, b *bucket.Bucket, cost int64) sluice.Decision {
 
 // docs/behaviour.md section 1, vector 1.
 func TestVector1(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 3, Rate: 2})
 	for i := range 3 {
 		if d := allow(t, b, 1); !d.Allowed || d.Remaining != int64(2-i) {
@@ -58,6 +59,7 @@ func TestVector1(t *testing.T) {
 
 // docs/behaviour.md section 1, vector 2.
 func TestVector2(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 3, Rate: 1})
 	want := []bool{true, true, true, false}
 	for i, w := range want {
@@ -76,6 +78,7 @@ func TestVector2(t *testing.T) {
 
 // docs/behaviour.md section 1, vector 3.
 func TestVector3(t *testing.T) {
+	t.Parallel()
 	b, _ := newAt(t, bucket.Limit{Capacity: 5, Rate: 2})
 	var allowed, denied int
 	for range 8 {
@@ -92,6 +95,7 @@ func TestVector3(t *testing.T) {
 
 // docs/behaviour.md section 1, vector 4: idle time beyond full earns nothing.
 func TestVector4(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 100, Rate: 20})
 	c.Advance(10 * time.Hour)
 	if got := b.Tokens(); got != 100 {
@@ -120,6 +124,7 @@ func TestVector4(t *testing.T) {
 
 // docs/behaviour.md section 1, vector 5: offered 25/s sustained, admission settles at 10/s.
 func TestVector5(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 60, Rate: 10})
 	perSecond := make([]int, 30)
 	for i := range 25 * 30 {
@@ -146,6 +151,7 @@ func TestVector5(t *testing.T) {
 
 // docs/behaviour.md section 1, vector 6: a weighted request is refused and told the wait.
 func TestVector6(t *testing.T) {
+	t.Parallel()
 	b, _ := newAt(t, bucket.Limit{Capacity: 100, Rate: 2})
 	allow(t, b, 88) // 12 left
 	d := allow(t, b, 20)
@@ -158,6 +164,7 @@ func TestVector6(t *testing.T) {
 }
 
 func TestCostErrors(t *testing.T) {
+	t.Parallel()
 	b, _ := newAt(t, bucket.Limit{Capacity: 10, Rate: 1})
 	_, err := b.Allow(11)
 	if !errors.Is(err, sluice.ErrCostExceedsCapacity) || err.Error() != "sluice: cost 11 exceeds capacity 10" {
@@ -179,6 +186,7 @@ func TestCostErrors(t *testing.T) {
 }
 
 func TestInvalidLimits(t *testing.T) {
+	t.Parallel()
 	nan := math.NaN()
 	for _, l := range []bucket.Limit{
 		{Capacity: 0, Rate: 1},
@@ -213,6 +221,7 @@ func TestInvalidLimits(t *testing.T) {
 }
 
 func TestStartEmpty(t *testing.T) {
+	t.Parallel()
 	b, c := newAt(t, bucket.Limit{Capacity: 3, Rate: 1}, bucket.StartEmpty())
 	if d := allow(t, b, 1); d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("empty start: %+v", d)
@@ -226,6 +235,7 @@ func TestStartEmpty(t *testing.T) {
 }
 
 func TestHelpers(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		got, want bucket.Limit
 	}{

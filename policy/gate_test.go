@@ -32,6 +32,7 @@ const gateLimits = `limits:
 `
 
 func TestNewKeyGate(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse([]byte(gateLimits + `  - name: user_daily
     key: "user:{tenant}:{user}"
     algorithm: sliding_window

@@ -15,6 +15,7 @@ import (
 )
 
 func TestCleanPath(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"":                   "/",
 		"/":                  "/",
@@ -79,6 +80,7 @@ func TestCleanPath(t *testing.T) {
 // /export; a path servers disagree on is an error; a prefix is compared
 // in its clean form and answered as written.
 func TestRequestDescriptorsPathTricks(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse([]byte("request_descriptors:\n  route: {from: path, prefixes: [/export, /caf%c3%a9]}\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n"))
 	if err != nil {
 		t.Fatal(err)

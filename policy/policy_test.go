@@ -13,6 +13,7 @@ import (
 )
 
 func TestExamplePolicy(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Load("../examples/sluice.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +51,7 @@ func TestExamplePolicy(t *testing.T) {
 }
 
 func TestRefillForms(t *testing.T) {
+	t.Parallel()
 	for s, want := range map[string]float64{"100/m": 100.0 / 60, "1/h": 1.0 / 3600, "5/s": 5, "2/d": 2.0 / 86400, "0.5/sec": 0.5} {
 		if got, err := policy.ParseRate(s); err != nil || got != want {
 			t.Errorf("%q: %v %v", s, got, err)
@@ -64,6 +66,7 @@ func TestRefillForms(t *testing.T) {
 
 // Each error names the line, the limit and the field.
 func TestErrorsNameLineLimitField(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ src, want string }{
 		{"limits:\n  - name: a\n    key: x\n    capacity: 10\n    refill_per_second: 1\n    capcity: 3\n",
 			`line 6, column 5: limit "a": field "capcity": unknown field for a token_bucket limit`},
@@ -147,6 +150,7 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestHashTag(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse([]byte("limits:\n  - name: a\n    key: \"t:{tenant}:u:{user}\"\n    hash_tag: \"{tenant}\"\n    capacity: 10\n    refill_per_second: 1\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ limits:
 `
 
 func TestRedactParse(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse([]byte(redactSrc))
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +79,7 @@ func hash8(v string) string {
 }
 
 func TestDisplayKey(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse([]byte(redactSrc))
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +152,7 @@ func TestAppendDisplayKeyNoAlloc(t *testing.T) {
 
 // The package doc's example is a valid policy.
 func TestDocExample(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("policy.go")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ limits:
 `
 
 func TestRequestDescriptors(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse([]byte(requestSrc))
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +65,7 @@ func TestRequestDescriptors(t *testing.T) {
 }
 
 func TestRequestDescriptorsErrors(t *testing.T) {
+	t.Parallel()
 	for src, want := range map[string]string{
 		"request_descriptors: {a: {from: cookie}}\n":                                                                   `from "cookie" is not`,
 		"request_descriptors:\n  a: {from: method}\n  a: {from: path}\n":                                               `line 3, column 3: field "request_descriptors": descriptor "a" given twice (first at line 2)`,
@@ -87,6 +89,7 @@ func TestRequestDescriptorsErrors(t *testing.T) {
 // shadow is a YAML boolean: true, True or false; a quoted string or yes is
 // an error.
 func TestShadowIsABoolean(t *testing.T) {
+	t.Parallel()
 	for v, want := range map[string]bool{"true": true, "True": true, "false": false} {
 		p, err := policy.Parse([]byte("limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s, shadow: " + v + "}\n"))
 		if err != nil || p.Limits[0].Shadow != want {
@@ -104,6 +107,7 @@ func TestShadowIsABoolean(t *testing.T) {
 // as a bracketed IPv6 address is read as its address, for the client and
 // for matching trusted_proxies alike.
 func TestClientIPHopsWithPorts(t *testing.T) {
+	t.Parallel()
 	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
 	peer := netip.MustParseAddr("127.0.0.1")
 	for xff, want := range map[string]string{

@@ -9,6 +9,7 @@ import (
 )
 
 func TestAllowUnmatched(t *testing.T) {
+	t.Parallel()
 	const lim = "limits:\n  - {name: a, key: \"t:{tenant}\", capacity: 1, refill: 1/s}\n"
 	for src, want := range map[string]bool{lim: false, lim + "allow_unmatched: true\n": true,
 		lim + "allow_unmatched: True\n": true, lim + "allow_unmatched: false\n": false} {

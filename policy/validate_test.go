@@ -34,6 +34,7 @@ func problems(t *testing.T, src string) []where {
 // Independent problems are independent errors: fixing one never reveals
 // another that was there all along.
 func TestEveryProblemReported(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, src string
 		want      []where
@@ -104,6 +105,7 @@ func TestEveryProblemReported(t *testing.T) {
 // Errors lists one problem a line and still matches ErrInvalid; each
 // problem keeps its own format.
 func TestErrorsOnePerLine(t *testing.T) {
+	t.Parallel()
 	_, err := policy.Parse([]byte("limits:\n  - name: a\n    key: x\n    capacity: 0\n    refill_per_second: -1\n"))
 	want := `policy: 2 problems:
   line 4, column 15: limit "a": field "capacity": capacity 0 must be at least 1
@@ -122,6 +124,7 @@ func TestErrorsOnePerLine(t *testing.T) {
 }
 
 func TestParseKind(t *testing.T) {
+	t.Parallel()
 	for _, k := range []policy.Kind{policy.TokenBucket, policy.SlidingWindow, policy.FixedWindow, policy.Concurrency} {
 		if got, err := policy.ParseKind(k.String()); err != nil || got != k {
 			t.Errorf("ParseKind(%q) = %v, %v; want %v", k.String(), got, err, k)
@@ -146,6 +149,7 @@ const commonFields = "  - name: a\n    key: \"t:{t}:u:{u}\"\n    when: {r: /x}\n
 
 // Every field of every kind is accepted, with the common ones.
 func TestKnownFieldsAccepted(t *testing.T) {
+	t.Parallel()
 	for k, fields := range kindFields {
 		src := "limits:\n" + commonFields + fields
 		p, err := policy.Parse([]byte(src))
@@ -178,6 +182,7 @@ func TestKnownFieldsAccepted(t *testing.T) {
 
 // A policy must have at least one limit.
 func TestNoLimits(t *testing.T) {
+	t.Parallel()
 	for src, want := range map[string]string{
 		"limits: []\n":                     `policy: line 1, column 9: field "limits": no limits: a policy must have at least one limit`,
 		"costs: []\nlimits:   []\n":        `policy: line 2, column 11: field "limits": no limits: a policy must have at least one limit`,
@@ -197,6 +202,7 @@ func misspell(s string) string { return s[:1] + s[2:] }
 // Each field of each kind, misspelled, is reported with the field meant;
 // a field far from every known one gets no suggestion.
 func TestUnknownFieldSuggestion(t *testing.T) {
+	t.Parallel()
 	for k, fields := range kindFields {
 		src := commonFields + fields
 		for _, line := range strings.Split(strings.TrimSuffix(src, "\n"), "\n") {
@@ -267,6 +273,7 @@ func TestManyFieldsLinear(t *testing.T) {
 // A calendar quota parses with its period and zone (UTC by default), and
 // its kind's fields only.
 func TestQuotaLimit(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse([]byte(`limits:
   - name: monthly_tokens
     key: "tenant:{tenant}"

@@ -30,6 +30,7 @@ func at(t *testing.T, s string) time.Time {
 // The periods' bounds, in UTC and across Europe/Berlin's daylight-saving
 // changes (2026-03-29: a 23-hour day; 2026-10-25: a 25-hour day).
 func TestBounds(t *testing.T) {
+	t.Parallel()
 	berlin := zone(t, "Europe/Berlin")
 	for _, c := range []struct {
 		p          quota.Period
@@ -70,6 +71,7 @@ func TestBounds(t *testing.T) {
 // A zone whose midnight is skipped by its daylight-saving change still
 // gives periods holding every instant, back to back.
 func TestBoundsCoverEveryInstant(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"America/Sao_Paulo", "America/Havana", "Asia/Beirut", "Europe/Berlin", "Australia/Lord_Howe"} {
 		l := quota.Limit{Limit: 1, Period: quota.Day, Location: zone(t, name)}
 		t0 := time.Date(2015, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
@@ -97,6 +99,7 @@ func TestBoundsCoverEveryInstant(t *testing.T) {
 // Refused exactly until the next period's start, in a zone with DST: the
 // RetryAfter ends at the boundary, a nanosecond before it is still refused.
 func TestRefusedUntilTheBoundary(t *testing.T) {
+	t.Parallel()
 	l := quota.Limit{Limit: 10, Period: quota.Day, Location: zone(t, "Europe/Berlin")}
 	now := at(t, "2026-03-29T20:00:00+02:00").UnixNano()
 	st, dec := l.Step(quota.New, now, 10)
@@ -130,6 +133,7 @@ func TestRefusedUntilTheBoundary(t *testing.T) {
 }
 
 func TestValidateAndParse(t *testing.T) {
+	t.Parallel()
 	for _, l := range []quota.Limit{{Limit: 0, Period: quota.Day}, {Limit: 1}, {Limit: 1, Period: 9}} {
 		if err := l.Validate(); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Errorf("%+v: %v", l, err)

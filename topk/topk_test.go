@@ -17,6 +17,7 @@ func (c *clock) now() time.Time { return c.t }
 // are the top 10, each count within its error of the truth, each error
 // within the documented bound (total weight / k).
 func TestPlantedHeavyKeys(t *testing.T) {
+	t.Parallel()
 	c := &clock{t: time.Unix(1_800_000_000, 0)}
 	tr := topk.New(100, time.Minute, time.Minute).WithClock(c.now)
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -58,6 +59,7 @@ func TestPlantedHeavyKeys(t *testing.T) {
 // reported key is within its bounds, and every key heavier than the
 // span's bound in each epoch is reported.
 func TestAgainstExactCounts(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(30) {
 		rnd := rand.New(rand.NewPCG(seed, 7))
 		c := &clock{t: time.Unix(1_800_000_000, 0)}
@@ -106,6 +108,7 @@ func TestAgainstExactCounts(t *testing.T) {
 // Epochs age out: a key heavy a while ago is gone from a span that no
 // longer covers it.
 func TestSpansAgeOut(t *testing.T) {
+	t.Parallel()
 	c := &clock{t: time.Unix(1_800_000_000, 0)}
 	tr := topk.New(10, 10*time.Second, 15*time.Minute).WithClock(c.now)
 	tr.Add("old", 100)
@@ -126,6 +129,7 @@ func TestSpansAgeOut(t *testing.T) {
 // Memory stays bounded: 10,000,000 distinct keys leave at most k counters
 // per epoch.
 func TestMemoryBounded(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("10,000,000 keys: not in -short")
 	}

@@ -26,6 +26,7 @@ func sliding(t *testing.T, l window.Limit) (*window.Sliding, *sluice.ManualClock
 }
 
 func TestSlidingEstimate(t *testing.T) {
+	t.Parallel()
 	s, c := sliding(t, window.Limit{Limit: 10, Window: time.Second})
 	for i := range 10 {
 		if d, _ := s.Allow(1); !d.Allowed || d.Remaining != int64(9-i) {
@@ -68,6 +69,7 @@ func TestSlidingEstimate(t *testing.T) {
 // The fixed window admits twice its limit across a boundary; the sliding
 // window does not.
 func TestFixedBoundaryDoubleBurst(t *testing.T) {
+	t.Parallel()
 	l := window.Limit{Limit: 10, Window: time.Second}
 	c := sluice.NewManualClock(t0.Add(999 * time.Millisecond))
 	f, _ := window.NewFixed(l, window.WithClock(c))
@@ -112,6 +114,7 @@ func modelAdmits(l window.Limit, st window.SlidingState, now int64, cost int64) 
 }
 
 func TestSlidingAgainstModel(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 200 {
 		l := window.Limit{Limit: rng.Int64N(1000) + 1, Window: time.Duration(rng.Int64N(int64(time.Hour))) + 1}
@@ -140,6 +143,7 @@ func TestSlidingAgainstModel(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	for _, l := range []window.Limit{{0, time.Second}, {-1, time.Second}, {1, 0}, {1, -time.Second}} {
 		if _, err := window.NewSliding(l); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Errorf("NewSliding(%v): %v", l, err)
@@ -161,6 +165,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestClockStepsBack(t *testing.T) {
+	t.Parallel()
 	s, c := sliding(t, window.Limit{Limit: 3, Window: time.Second})
 	c.Advance(5 * time.Second)
 	s.Allow(3)
@@ -171,6 +176,7 @@ func TestClockStepsBack(t *testing.T) {
 }
 
 func TestConcurrent(t *testing.T) {
+	t.Parallel()
 	s, _ := sliding(t, window.Limit{Limit: 500, Window: time.Minute})
 	var n atomic.Int64
 	var wg sync.WaitGroup

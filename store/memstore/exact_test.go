@@ -18,6 +18,7 @@ import (
 // admitted than the model allows, and under-admission below 1e-6 of the
 // capacity plus one tick's refill.
 func TestCompileSmallAgainstExactModel(t *testing.T) {
+	t.Parallel()
 	for _, l := range []bucket.Limit{
 		{Capacity: 999_999_937, Rate: 999_999_937.0 / 86400},
 		{Capacity: 123_456_789, Rate: 123_456_789.0 / 3600},

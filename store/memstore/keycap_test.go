@@ -69,6 +69,7 @@ func take1(t *testing.T, s *memstore.Store, it store.Item) (store.Result, error)
 // WithRefuseWhenFull; lru_test.go has the default) refuses the 101st with
 // a FullError while the 100 keep working.
 func TestCapAdmitsExactlyNWhateverTheHashes(t *testing.T) {
+	t.Parallel()
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 0.001}) // never idle in this test
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 10, Window: time.Hour}}
 	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Hour}
@@ -124,6 +125,7 @@ func TestCapAdmitsExactlyNWhateverTheHashes(t *testing.T) {
 // RetryAfter is the time until the earliest held key is idle (exact on a
 // manual clock), and a new key is admitted then, an idle key evicted.
 func TestFullErrorRetryAfterIsTheEarliestIdleTime(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(100), memstore.WithRefuseWhenFull())
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1}) // a token a second
@@ -187,6 +189,7 @@ func TestFullErrorRetryAfterIsTheEarliestIdleTime(t *testing.T) {
 // set whose leases all expired or were released is idle (evicted for a new
 // key).
 func TestLeaseSetsCountAgainstTheCap(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(3), memstore.WithRefuseWhenFull())
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1})
@@ -244,6 +247,7 @@ func TestLeaseSetsCountAgainstTheCap(t *testing.T) {
 // A charge to an evicted key that finds no room is reported, not dropped
 // silently.
 func TestAdjustReportsAChargeWithoutRoom(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(1), memstore.WithRefuseWhenFull())
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1})
@@ -270,6 +274,7 @@ func TestAdjustReportsAChargeWithoutRoom(t *testing.T) {
 // with the earliest idle time was used since) makes its shard scanned once,
 // not once per refusal.
 func TestRefusalsDoNotScan(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	const n = 6400
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(n), memstore.WithRefuseWhenFull())
@@ -403,6 +408,7 @@ func TestCapUnderConcurrency(t *testing.T) {
 // times — the claim that a take never makes a key idle sooner, which lets
 // the hot path skip the bound — and the count stays true.
 func TestIdleBoundsHold(t *testing.T) {
+	t.Parallel()
 	t.Run("lru", func(t *testing.T) { idleBoundsHold(t, false) })
 	t.Run("refuse when full", func(t *testing.T) { idleBoundsHold(t, true) })
 }

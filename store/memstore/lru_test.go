@@ -31,6 +31,7 @@ import (
 // evicted), the tenant keeps its state throughout, and every eviction
 // keeps the CLOCK order (clockModel).
 func TestFloodLocksNobodyOut(t *testing.T) {
+	t.Parallel()
 	for _, capN := range []int{1000, 5000} { // (5,000: about 78 keys a shard, whole words of marks)
 		flood(t, capN)
 	}
@@ -144,6 +145,7 @@ func (m *clockModel) check() {
 // Idle keys (state equal to a new key's) are evicted before any key with
 // state, even one used longer ago.
 func TestIdleKeysGoFirst(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(3))
 	day := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 100, Window: 24 * time.Hour}}
@@ -175,6 +177,7 @@ func TestIdleKeysGoFirst(t *testing.T) {
 // (Before, the new user key's missing room was found first: the request
 // was answered store_full, or evicted a key, before its refusal was seen.)
 func TestRefusedRequestEvictsNothing(t *testing.T) {
+	t.Parallel()
 	for _, refuseFull := range []bool{false, true} {
 		c := sluice.NewManualClock(storetest.Epoch)
 		opts := []memstore.Option{memstore.WithClock(c), memstore.WithMaxKeys(10)}
@@ -218,6 +221,7 @@ func TestRefusedRequestEvictsNothing(t *testing.T) {
 // (clockModel: a use is any request that found the key, admitted or
 // refused).
 func TestClockEvictionOrder(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	m := newClockModel(t)
 	held := map[string]bool{}
@@ -277,6 +281,7 @@ func TestClockEvictionOrder(t *testing.T) {
 // interval between two admissions of every key; and the evictions do give
 // extra: some interval exceeds B + r·T.
 func TestLRUEvictionGivesAtMostOneCapacity(t *testing.T) {
+	t.Parallel()
 	const capB, rate = 5, 2.0 // tokens, per second
 	c := sluice.NewManualClock(storetest.Epoch)
 	type adm struct {
@@ -344,6 +349,7 @@ func TestLRUEvictionGivesAtMostOneCapacity(t *testing.T) {
 // room an eviction makes goes to the request that made it), the store
 // never holds more than the cap, and its count stays true.
 func TestLRUUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	const capN = 40
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(capN))

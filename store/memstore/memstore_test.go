@@ -21,6 +21,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T, c sluice.Clock) store.Store { return memstore.New(memstore.WithClock(c)) })
 }
 
@@ -29,6 +30,7 @@ func TestConformance(t *testing.T) {
 // kept a borrowed key (a new key's entry, a lease) or handed one back would
 // decide wrongly later or fail the key check here.
 func TestConformanceBorrowedKeys(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T, c sluice.Clock) store.Store {
 		return &borrowing{Store: memstore.New(memstore.WithClock(c)), t: t}
 	})
@@ -78,6 +80,7 @@ func (b *borrowing) Take(ctx context.Context, items []store.Item) (store.Result,
 // evicts idle keys and through one that keeps every key gives identical
 // decisions.
 func TestEvictionChangesNoDecision(t *testing.T) {
+	t.Parallel()
 	c1 := sluice.NewManualClock(storetest.Epoch)
 	c2 := sluice.NewManualClock(storetest.Epoch)
 	evicting := memstore.New(memstore.WithClock(c1))
@@ -115,6 +118,7 @@ func TestEvictionChangesNoDecision(t *testing.T) {
 // (with WithRefuseWhenFull, new ones are refused; by default each evicts
 // the least recently used key: lru_test.go).
 func TestKeyCapBoundsMemory(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(6400), memstore.WithRefuseWhenFull())
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 0.001}) // never idle in this test
@@ -173,6 +177,7 @@ func TestBytesPerKey(t *testing.T) {
 // Making room for a new key may evict an idle key that the same request
 // also takes from; what that request took must not be lost.
 func TestRoomMadeKeepsTheRequestsOwnTake(t *testing.T) {
+	t.Parallel()
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1})
 	for try := range 1000 {
 		c := sluice.NewManualClock(storetest.Epoch)
@@ -204,6 +209,7 @@ func TestRoomMadeKeepsTheRequestsOwnTake(t *testing.T) {
 // is capped at one capacity, here 2000 s to repay; idle times saturate
 // rather than overflow for deeper states.)
 func TestDebtIsNotEvicted(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(64), memstore.WithRefuseWhenFull()) // (lru_test.go: an LRU eviction of debt)
 	sp, err := store.NewBucketSpec(bucket.Limit{Capacity: 1, Rate: 1e-3})
@@ -235,6 +241,7 @@ func TestDebtIsNotEvicted(t *testing.T) {
 
 // Keys lent to TakeBorrowed come back owned on every path, errors included.
 func TestTakeBorrowedOwnsKeysOnErrors(t *testing.T) {
+	t.Parallel()
 	sp, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1})
 	for name, tc := range map[string]struct {
 		s     *memstore.Store
@@ -283,6 +290,7 @@ func TestTakeBorrowedOwnsKeysOnErrors(t *testing.T) {
 // earlier item must still hand back that item's key (not the evicted
 // entry's, which is gone).
 func TestTakeBorrowedRefusalAfterEviction(t *testing.T) {
+	t.Parallel()
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(2)) // a and z: full
 	idle, _ := store.NewBucketSpec(bucket.Limit{Capacity: 5, Rate: 1000})

@@ -12,6 +12,7 @@ import (
 // The table against a Go map on random inserts, lookups, deletions (by
 // scans) and growth, including tombstone reuse.
 func TestTableAgainstMap(t *testing.T) {
+	t.Parallel()
 	checkTable(t, rand.New(rand.NewPCG(1, 2)), 200_000, 5000)
 }
 
