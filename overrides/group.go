@@ -152,7 +152,7 @@ type group struct {
 
 // plevel is a trie of the values of one prefix name: to the next level,
 // or to the rule at the last.
-type plevel struct{ t radix[pval] }
+type plevel struct{ t radix }
 
 type pval struct {
 	r    *Rule
@@ -195,8 +195,6 @@ func (g *group) best(desc map[string]string, now int64) (*Rule, int) {
 			return nil, 0
 		}
 	}
-	var buf [256]byte
-	var key []byte
 	if g.rawKey() {
 		v, ok := desc[g.exact[0]]
 		if !ok {
@@ -207,7 +205,8 @@ func (g *group) best(desc map[string]string, now int64) (*Rule, int) {
 		}
 		return nil, 0
 	}
-	key = buf[:0]
+	var buf [128]byte
+	key := buf[:0]
 	for _, n := range g.exact {
 		v, ok := desc[n]
 		if !ok {

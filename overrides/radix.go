@@ -1,46 +1,64 @@
 // A compressed trie of prefixes, for the prefix values of overrides.
 package overrides
 
-import "strings"
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
 
 // radix maps prefixes to values; walk visits, shortest first, the values
 // of every stored prefix of a string. Not safe for concurrent writes (the
 // Index's lock guards it).
-type radix[V any] struct {
-	root rnode[V]
+type radix struct {
+	root rnode
 	n    int
 }
 
-type rnode[V any] struct {
+type rnode struct {
 	label string // the edge from the parent
-	val   V
+	val   pval
 	has   bool
-	kids  []*rnode[V] // by first byte of label, ascending
+	first []byte   // the first byte of each kid's label, ascending
+	kids  []*rnode // in the order of first
 }
 
 // child returns the index of the kid whose label starts with c, and
-// whether there is one.
-func (n *rnode[V]) child(c byte) (int, bool) {
-	lo, hi := 0, len(n.kids)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if n.kids[m].label[0] < c {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+// whether there is one (else the index it would have).
+func (n *rnode) child(c byte) (int, bool) {
+	if i := bytes.IndexByte(n.first, c); i >= 0 {
+		return i, true
 	}
-	return lo, lo < len(n.kids) && n.kids[lo].label[0] == c
+	lo := 0
+	for lo < len(n.first) && n.first[lo] < c {
+		lo++
+	}
+	return lo, false
+}
+
+// setKid puts kid at index i (ins: inserted there, else replacing).
+func (n *rnode) setKid(i int, kid *rnode, ins bool) {
+	if ins {
+		n.kids = slices.Insert(n.kids, i, kid)
+		n.first = slices.Insert(n.first, i, kid.label[0])
+		return
+	}
+	n.kids[i], n.first[i] = kid, kid.label[0]
+}
+
+// delKid removes the kid at index i.
+func (n *rnode) delKid(i int) {
+	n.kids = slices.Delete(n.kids, i, i+1)
+	n.first = slices.Delete(n.first, i, i+1)
 }
 
 // get returns the value stored for exactly p.
-func (t *radix[V]) get(p string) (V, bool) {
+func (t *radix) get(p string) (pval, bool) {
 	n := &t.root
 	for p != "" {
 		i, ok := n.child(p[0])
 		if !ok || !strings.HasPrefix(p, n.kids[i].label) {
-			var zero V
-			return zero, false
+			return pval{}, false
 		}
 		n = n.kids[i]
 		p = p[len(n.label):]
@@ -49,7 +67,7 @@ func (t *radix[V]) get(p string) (V, bool) {
 }
 
 // put stores v for p, replacing a value stored for p.
-func (t *radix[V]) put(p string, v V) {
+func (t *radix) put(p string, v pval) {
 	n := &t.root
 	for {
 		if p == "" {
@@ -61,19 +79,16 @@ func (t *radix[V]) put(p string, v V) {
 		}
 		i, ok := n.child(p[0])
 		if !ok {
-			kid := &rnode[V]{label: p, val: v, has: true}
-			n.kids = append(n.kids, nil)
-			copy(n.kids[i+1:], n.kids[i:])
-			n.kids[i] = kid
+			n.setKid(i, &rnode{label: p, val: v, has: true}, true)
 			t.n++
 			return
 		}
 		k := n.kids[i]
 		c := commonPrefix(p, k.label)
 		if c < len(k.label) { // split k at c
-			mid := &rnode[V]{label: k.label[:c], kids: []*rnode[V]{k}}
+			mid := &rnode{label: k.label[:c], kids: []*rnode{k}, first: []byte{k.label[c]}}
 			k.label = k.label[c:]
-			n.kids[i] = mid
+			n.setKid(i, mid, false)
 			k = mid
 		}
 		n, p = k, p[c:]
@@ -81,8 +96,8 @@ func (t *radix[V]) put(p string, v V) {
 }
 
 // del removes the value stored for p; false when there was none.
-func (t *radix[V]) del(p string) bool {
-	var path [64]*rnode[V]
+func (t *radix) del(p string) bool {
+	var path [64]*rnode
 	stack := path[:0]
 	n := &t.root
 	for p != "" {
@@ -97,8 +112,7 @@ func (t *radix[V]) del(p string) bool {
 	if !n.has {
 		return false
 	}
-	var zero V
-	n.val, n.has = zero, false
+	n.val, n.has = pval{}, false
 	t.n--
 	// Prune: an empty leaf goes; a valueless node with one kid merges
 	// into it (the root stays).
@@ -108,11 +122,11 @@ func (t *radix[V]) del(p string) bool {
 		i, _ := parent.child(n.label[0])
 		switch {
 		case !n.has && len(n.kids) == 0:
-			parent.kids = append(parent.kids[:i], parent.kids[i+1:]...)
+			parent.delKid(i)
 		case !n.has && len(n.kids) == 1:
 			k := n.kids[0]
 			k.label = n.label + k.label
-			parent.kids[i] = k
+			parent.setKid(i, k, false)
 			return true
 		default:
 			return true
@@ -124,7 +138,7 @@ func (t *radix[V]) del(p string) bool {
 
 // walk calls f for every stored prefix of s, shortest first, with the
 // prefix's length, until f returns false.
-func (t *radix[V]) walk(s string, f func(n int, v V) bool) {
+func (t *radix) walk(s string, f func(n int, v pval) bool) {
 	n, depth := &t.root, 0
 	for {
 		if n.has && !f(depth, n.val) {
@@ -144,9 +158,9 @@ func (t *radix[V]) walk(s string, f func(n int, v V) bool) {
 }
 
 // each calls f for every stored prefix and value, in no order.
-func (t *radix[V]) each(f func(p string, v V)) {
-	var rec func(n *rnode[V], p string)
-	rec = func(n *rnode[V], p string) {
+func (t *radix) each(f func(p string, v pval)) {
+	var rec func(n *rnode, p string)
+	rec = func(n *rnode, p string) {
 		p += n.label
 		if n.has {
 			f(p, n.val)
