@@ -36,6 +36,19 @@
 // optional state file; store/redisstore on Redis), and overridetest is the
 // conformance suite of Store implementations. FromPolicy reads the
 // policy file's own overrides (Source "policy").
+//
+// # In a service
+//
+// At start and on every policy load: FromPolicy(p, now), then
+// Set.SetPolicy(p, those) (NewSet(p) the first time); a limiter keeps
+// Set.Index(name) per policy limit (an Index stays the same for the Set's
+// life). On each decision, for each applicable limit: if ix.Len() > 0,
+// r := ix.Resolve(descriptors, now); a non-nil r replaces the limit's
+// spec by r.Spec() (or denies, or admits without a store write), and
+// r.Hit(now) counts it. The API calls DecodeRequest and PutShared,
+// DecodeKey and DeleteShared, Set.List, Set.Resolve and Set.Counts. About
+// once a second each instance calls Sync(ctx, set, store) (from one
+// goroutine), then Set.Sweep(now).
 package overrides
 
 import (

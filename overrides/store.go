@@ -60,6 +60,9 @@ var ErrClosed = errors.New("overrides: store closed")
 // Sync applies to s the Store's changes since the last Sync (one Changes
 // call): the loop an instance runs about once a second, then Sweep. It
 // returns the Changes error, else the records the policy refused (Apply).
+// Calls must not overlap. A PutShared or DeleteShared on this instance
+// while a Sync is under way may be undone here by that Sync's older view
+// until the next one (at most one period).
 func Sync(ctx context.Context, s *Set, st Store) ([]error, error) {
 	ch, err := st.Changes(ctx, s.Version())
 	if err != nil {
