@@ -1,4 +1,5 @@
 // The store's evictions as a metric, by reason.
+
 package limiter
 
 import (
@@ -12,7 +13,13 @@ import (
 // and "lru", a key with state evicted, approximately least recently used first (a CLOCK hand), to make
 // room for a new key at the store's key cap (its next request starts anew;
 // store/memstore states the bound).
-var EvictionReasons = []string{"idle", "lru"}
+var EvictionReasons = []string{EvictionIdle, EvictionLRU}
+
+// The reasons of EvictionReasons.
+const (
+	EvictionIdle = "idle"
+	EvictionLRU  = "lru"
+)
 
 // evictionsByReason is implemented by stores that tell their evictions
 // apart (store/memstore).
@@ -27,13 +34,13 @@ func evictionMetrics(sr store.StatsReporter) []prometheus.Collector {
 	count := func(reason string) func() float64 {
 		return func() float64 {
 			if byReason == nil {
-				if reason == "idle" {
+				if reason == EvictionIdle {
 					return float64(sr.Stats().Evictions)
 				}
 				return 0
 			}
 			idle, lru := byReason.EvictionsByReason()
-			if reason == "idle" {
+			if reason == EvictionIdle {
 				return float64(idle)
 			}
 			return float64(lru)

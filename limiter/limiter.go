@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -185,29 +184,27 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 	l.m.refill.Reset()
 	for i, lim := range p.Limits {
 		c.status[i] = statusOf(lim)
-		c.conc[i] = lim.Kind == policy.Concurrency
 		c.shadow[i] = lim.Shadow || l.shadowAll
 		c.anyShadow = c.anyShadow || c.shadow[i]
 		c.status[i].Shadow = c.shadow[i]
 		c.near[i] = l.m.near.WithLabelValues(lim.Name)
 		l.m.capacity.WithLabelValues(lim.Name).Set(float64(c.status[i].Capacity))
 		l.m.refill.WithLabelValues(lim.Name).Set(c.status[i].RefillPerSecond)
-		for r, result := range []string{"admitted", "rejected", "shadow_rejected"} {
-			for a, attempt := range []string{"original", "retry"} {
+		for r, result := range decisionResults {
+			for a, attempt := range attempts {
 				c.counters[i][r][a] = l.m.decisions.WithLabelValues(lim.Name, result, attempt)
 			}
 		}
-		if old != nil {
-			if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
-				c.specs[i], c.prefix[i] = old.specs[j], old.prefix[j]
-				continue
+		if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
+			c.specs[i], c.prefix[i] = old.specs[j], old.prefix[j]
+		} else {
+			sp, err := specOf(lim)
+			if err != nil {
+				return fmt.Errorf("limiter: limit %q: %w", lim.Name, err)
 			}
+			c.specs[i], c.prefix[i] = sp, keyPrefix(lim.Name, sp)
 		}
-		sp, err := specOf(lim)
-		if err != nil {
-			return fmt.Errorf("limiter: limit %q: %w", lim.Name, err)
-		}
-		c.specs[i], c.prefix[i] = sp, keyPrefix(lim.Name, sp)
+		c.conc[i] = c.specs[i].HoldsSlots()
 	}
 	l.compiled.Store(c)
 	return nil
@@ -223,7 +220,12 @@ func (l *Limiter) Statuses() []LimitStatus {
 // Policy returns the policy in force.
 func (l *Limiter) Policy() *policy.Policy { return l.compiled.Load().p }
 
+// index is the policy index of the limit named name; -1 when there is
+// none (or no policy: c nil).
 func (c *compiled) index(name string) int {
+	if c == nil {
+		return -1
+	}
 	for i, lim := range c.p.Limits {
 		if lim.Name == name {
 			return i
@@ -272,9 +274,10 @@ func keyPrefix(name string, sp *store.Spec) string {
 	return name + ":"
 }
 
+// sameLimit reports whether b keeps a's keys and state: the same kind and
+// parameters (store.Limit), key template and on_store_error.
 func sameLimit(a, b *policy.Limit) bool {
-	return a.Kind == b.Kind && a.Key == b.Key && a.Bucket == b.Bucket && a.Window == b.Window &&
-		a.MaxInFlight == b.MaxInFlight && a.LeaseTTL == b.LeaseTTL && a.Quota == b.Quota && a.OnStoreError == b.OnStoreError
+	return a.Limit == b.Limit && a.Key == b.Key && a.OnStoreError == b.OnStoreError
 }
 
 func specOf(lim *policy.Limit) (*store.Spec, error) {
@@ -289,12 +292,9 @@ func kindSpec(lim *policy.Limit) (*store.Spec, error) { return store.NewSpec(lim
 
 // statusOf is a limit's status before a decision: what it is.
 func statusOf(lim *policy.Limit) LimitStatus {
-	st := LimitStatus{Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: lim.Capacity(),
-		RefillPerSecond: lim.Bucket.Rate, Window: lim.Span()}
-	if lim.Kind == policy.Quota {
-		st.Period = lim.Quota.Period.String()
-	}
-	return st
+	sh := lim.Shape()
+	return LimitStatus{Name: lim.Name, Algorithm: lim.Kind.String(), Capacity: sh.Capacity,
+		RefillPerSecond: sh.Rate, Window: sh.Span, Period: sh.Period}
 }
 
 // Check decides req: it takes the request's cost from every applicable
@@ -331,24 +331,8 @@ func (l *Limiter) CheckInto(ctx context.Context, req Request, res *Result) error
 	return err
 }
 
-// scratch is a check's working space, reused across calls.
-type scratch struct {
-	items []store.Item
-	which []int // policy index of each item
-	ends  []int // end of each item's key in key
-	user  []int // where each item's key shows the caller's part (after "name:" and a hash tag)
-	key   []byte
-}
-
-func newScratch() *scratch {
-	return &scratch{items: make([]store.Item, 0, 8), which: make([]int, 0, 8), ends: make([]int, 0, 8),
-		user: make([]int, 0, 8), key: make([]byte, 0, 128)}
-}
-
-// check is one function, longer than most, because it is the keyed
-// engine's hot path: split into a key-rendering and a store-calling
-// function it cost about 95 more instructions per check (callgrind,
-// bench/instructions.sh, 1 limit on 1 key: 2,782 against 2,872).
+// check is Check's hot path: plan makes the items, the store decides
+// them, and the statuses take the decisions.
 func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scratch) error {
 	var start time.Time
 	timed := rand.Uint32()%16 == 0 // the latency histogram samples one check in 16
@@ -356,85 +340,20 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		start = time.Now()
 	}
 	c := l.compiled.Load()
-	if req.Cost < 0 {
-		return sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
+	// Borrowed keys when the store copies what it keeps (and hands back
+	// keys it owns). (The items of the last check stay in the scratch
+	// until the next one overwrites them: keys the store owns, a few at
+	// most.)
+	borrows := l.kb != nil
+	items, err := c.plan(&req, sc, res, borrows)
+	if err != nil {
+		return err
 	}
-	cost := req.Cost
-	if cost == 0 {
-		cost = c.p.Cost(req.Descriptors)
-	}
-	named := 0 // limits of req.Costs met
-	// (The items of the last check stay in the scratch until the next one
-	// overwrites them: keys the store owns, a few at most.)
-	items, which, ends, user, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
-	limits := res.Limits[:0]
-	for i, lim := range c.p.Limits {
-		from := len(key)
-		k, ok := lim.AppendKey(append(key, c.prefix[i]...), req.Descriptors)
-		if !ok {
-			key = k[:from]
-			continue
-		}
-		userKey := len(c.prefix[i])
-		if lim.HashTag != "" {
-			k = lim.AppendHashTag(k[:from], req.Descriptors)
-			userKey += len(k) - from
-			k, _ = lim.AppendKey(append(k, c.prefix[i]...), req.Descriptors)
-		}
-		key = k
-		itemCost := cost
-		if req.Costs != nil {
-			if v, ok := req.Costs[lim.Name]; ok {
-				if err := perLimitCost(lim.Name, v, c.conc[i]); err != nil {
-					sc.key = key[:0]
-					return err
-				}
-				itemCost, named = v, named+1
-			}
-		}
-		shown := itemCost
-		switch {
-		case c.conc[i]:
-			itemCost, shown = 1, 1
-		case itemCost > c.status[i].Capacity && c.shadow[i]:
-			itemCost = 0 // a would-be cost_exceeds_capacity: peeked, reported refused
-		case itemCost > c.status[i].Capacity:
-			sc.key = key[:0]
-			return &CostError{Limit: lim.Name, Cost: itemCost, Capacity: c.status[i].Capacity}
-		}
-		if req.Peek {
-			itemCost = 0
-		}
-		items = append(items, store.Item{Spec: c.specs[i], Cost: itemCost})
-		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
-		limits = append(limits, c.status[i])
-		limits[len(limits)-1].TokenCost = shown
-	}
-	sc.items, sc.which, sc.ends, sc.user, sc.key = items[:0], which[:0], ends[:0], user[:0], key[:0]
-	if len(items) == 0 && req.RefuseUnmatched && !c.p.AllowUnmatched {
-		return noLimitApplies(c.p, req.Descriptors)
-	}
-	if named < len(req.Costs) {
-		return unknownLimit(req.Costs, limits)
-	}
-	res.Allowed, res.Limits, res.Cost, res.Wait = true, limits, cost, 0
 	if len(items) == 0 {
 		l.observe(c, nil, res, req, start, timed)
 		return nil
 	}
-	// The keys, now that the buffer has stopped growing: borrowed from it
-	// when the store copies what it keeps (and hands back keys it owns),
-	// else copied.
-	borrows := l.kb != nil
-	from := 0
-	for j := range items {
-		if borrows {
-			items[j].Key = unsafe.String(&key[from], ends[j]-from)
-		} else {
-			items[j].Key = string(key[from:ends[j]])
-		}
-		from = ends[j]
-	}
+	which, user := sc.which, sc.user
 	if req.MaxWait > 0 && !req.Peek {
 		mw := req.MaxWait
 		if dl, ok := ctx.Deadline(); ok {

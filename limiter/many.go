@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -38,67 +36,39 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 	var items, shadow []store.Item
 	index, sindex := map[string]int{}, map[string]int{}
 	out := ManyResult{Allowed: true, Results: make([]Result, len(reqs))}
-	refs := make([][]int, len(reqs)) // per request, per limit: index in items, or -1-index in shadow
+	refs := make([][]int, len(reqs))  // per request, per limit: index in items, or -1-index in shadow
+	which := make([][]int, len(reqs)) // per request, per limit: its policy index
+	sc := l.bufs.Get().(*scratch)
+	defer l.bufs.Put(sc)
 	for r, req := range reqs {
-		if req.Cost < 0 {
-			return ManyResult{}, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", req.Cost)
+		res := &out.Results[r]
+		mine, err := c.plan(&req, sc, res, false) // (keys copied: they outlive the scratch)
+		if err != nil {
+			return ManyResult{}, err
 		}
-		cost := req.Cost
-		if cost == 0 {
-			cost = c.p.Cost(req.Descriptors)
-		}
-		out.Results[r] = Result{Allowed: true, Cost: cost}
-		named := 0
-		for i, lim := range c.p.Limits {
-			key, ok := lim.Match(req.Descriptors)
-			if !ok {
-				continue
-			}
-			itemCost := cost
-			if v, ok := req.Costs[lim.Name]; ok {
-				if err := perLimitCost(lim.Name, v, lim.Kind == policy.Concurrency); err != nil {
-					return ManyResult{}, err
-				}
-				itemCost, named = v, named+1
-			}
-			if lim.Kind == policy.Concurrency {
-				itemCost = 1
-			}
-			if req.Peek {
-				itemCost = 0
-			}
-			full := c.prefix[i] + key
-			if lim.HashTag != "" {
-				full = string(lim.AppendHashTag(nil, req.Descriptors)) + full
-			}
+		which[r] = append([]int(nil), sc.which...)
+		for k, it := range mine {
+			i := sc.which[k]
+			res.Limits[k].Key = it.Key[sc.user[k]:]
 			its, idx := &items, index
 			if c.shadow[i] {
 				its, idx = &shadow, sindex
 			}
-			j, seen := idx[full]
-			switch {
-			case !seen:
+			j, seen := idx[it.Key]
+			if seen {
+				(*its)[j].Cost = c.merged(i, (*its)[j].Cost, it.Cost)
+			} else {
 				j = len(*its)
-				idx[full] = j
-				*its = append(*its, store.Item{Key: full, Spec: c.specs[i], Cost: itemCost})
-			case lim.Kind == policy.Concurrency:
-				(*its)[j].Cost = max((*its)[j].Cost, itemCost)
-			default:
-				(*its)[j].Cost += itemCost
+				idx[it.Key] = j
+				*its = append(*its, it)
 			}
-			if lim.Kind != policy.Concurrency && (*its)[j].Cost > lim.Capacity() && !c.shadow[i] {
-				return ManyResult{}, &CostError{Limit: lim.Name, Cost: items[j].Cost, Capacity: lim.Capacity()}
+			if err := c.costError(i, (*its)[j].Cost); err != nil {
+				return ManyResult{}, err
 			}
 			if c.shadow[i] {
 				j = -1 - j
 			}
 			refs[r] = append(refs[r], j)
-			st := c.status[i]
-			st.Key, st.TokenCost = key, itemCost
-			out.Results[r].Limits = append(out.Results[r].Limits, st)
-		}
-		if named < len(req.Costs) {
-			return ManyResult{}, unknownLimit(req.Costs, out.Results[r].Limits)
 		}
 	}
 	if len(items) > 0 {
@@ -114,7 +84,6 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 	}
 	for r := range out.Results {
 		res := &out.Results[r]
-		which := make([]int, 0, len(refs[r]))
 		for k, j := range refs[r] {
 			st := &res.Limits[k]
 			if j < 0 {
@@ -122,7 +91,6 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 				d := it.Decision
 				st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
 				shadowVerdict(st, it, reqs[r].Peek)
-				which = append(which, c.index(st.Name))
 				continue
 			}
 			d := items[j].Decision
@@ -130,9 +98,8 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			res.Allowed = res.Allowed && d.Allowed
 			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
 			out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
-			which = append(which, c.index(st.Name))
 		}
-		l.observe(c, which, res, reqs[r], time.Time{}, false)
+		l.observe(c, which[r], res, reqs[r], time.Time{}, false)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-// Metrics and logs of decisions.
+// Metrics and logs of decisions, and the labels they use.
 
 package limiter
 
@@ -7,8 +7,42 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
+)
+
+// The values of sluice_decisions_total's result label and of the "result"
+// field of the limiter's log records (the Envoy service counts with them
+// too).
+const (
+	ResultAdmitted       = "admitted"
+	ResultRejected       = "rejected"
+	ResultShadowRejected = "shadow_rejected" // a shadow limit's would-be refusal
+	ResultPaused         = "paused"          // a pause's log record (Pause)
+)
+
+// The values of sluice_decisions_total's attempt label: an original
+// request, or one marked Request.Retry.
+const (
+	AttemptOriginal = "original"
+	AttemptRetry    = "retry"
+)
+
+// decisionResults and attempts are the labels of compiled.counters'
+// indices: [result][attempt].
+var (
+	decisionResults = [...]string{byAdmitted: ResultAdmitted, byRejected: ResultRejected, byShadowRejected: ResultShadowRejected}
+	attempts        = [...]string{byOriginal: AttemptOriginal, byRetry: AttemptRetry}
+)
+
+const (
+	byAdmitted = iota
+	byRejected
+	byShadowRejected
+)
+
+const (
+	byOriginal = iota
+	byRetry
 )
 
 // shownKeys rewrites the key a store's FullError names into what statuses
@@ -42,18 +76,17 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 	if req.Peek {
 		return // a peek decides nothing: not counted, not logged as refused
 	}
-	attempt := 0
+	attempt := byOriginal
 	if req.Retry {
-		attempt = 1
+		attempt = byRetry
 	}
 	for j := range res.Limits {
 		st := &res.Limits[j]
-		result := 0
-		switch {
-		case st.ShadowRefused:
-			result = 2
-		case !st.Allowed:
-			result = 1
+		result := byAdmitted
+		if st.ShadowRefused {
+			result = byShadowRejected
+		} else if !st.Allowed {
+			result = byRejected
 		}
 		c.counters[which[j]][result][attempt].Inc()
 		if res.Allowed && st.Allowed && float64(st.TokensRemaining) < NearLimitShare*float64(st.Capacity) {
@@ -89,24 +122,12 @@ func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 		key, _ = c.p.DisplayKey(lim, req.Descriptors)
 	}
 	attrs := make([]slog.Attr, 0, 10)
-	result, msg := "rejected", "rate limit: request refused"
+	result, msg := ResultRejected, "rate limit: request refused"
 	if st.ShadowRefused {
-		result, msg = "shadow_rejected", "rate limit: request would be refused (shadow)"
+		result, msg = ResultShadowRejected, "rate limit: request would be refused (shadow)"
 	}
 	attrs = append(attrs, slog.String("limiter", st.Name), slog.String("result", result), slog.String("algorithm", st.Algorithm))
-	switch lim.Kind {
-	case policy.Concurrency:
-		attrs = append(attrs, slog.Int64("max_in_flight", st.Capacity), slog.Int64("in_flight", st.Capacity-st.TokensRemaining))
-	case policy.SlidingWindow, policy.FixedWindow:
-		attrs = append(attrs, slog.Int64("window_limit", st.Capacity), slog.Int64("window_ms", st.Window.Milliseconds()),
-			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
-	case policy.Quota:
-		attrs = append(attrs, slog.Int64("quota_limit", st.Capacity), slog.String("period", st.Period), slog.String("timezone", lim.Quota.Zone()),
-			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
-	default:
-		attrs = append(attrs, slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),
-			slog.Int64("token_cost", st.TokenCost), slog.Int64("tokens_remaining", st.TokensRemaining))
-	}
+	attrs = lim.LogAttrs(attrs, st.TokenCost, st.TokensRemaining)
 	attrs = append(attrs, slog.String("key", key), slog.Bool("retry", req.Retry), slog.Int64("retry_after_ms", CeilMS(st.RetryAfter)))
 	l.logf(slog.LevelInfo, msg, attrs...)
 }

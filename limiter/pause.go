@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -38,30 +37,31 @@ func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d ti
 		return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "pause %v must be positive and at most %v", d, MaxPause)
 	}
 	c := l.compiled.Load()
+	// The keys of the limits applying: a peek of cost 1, which every
+	// limit's capacity covers.
+	sc := newScratch()
+	items, err := c.plan(&Request{Descriptors: descriptors, Cost: 1, Peek: true}, sc, &Result{}, false)
+	if err != nil {
+		return time.Time{}, err
+	}
 	var adj []store.Adjustment
 	var names, shown, applicable []string
-	for i, lim := range c.p.Limits {
-		key, ok := lim.Match(descriptors)
-		if !ok {
-			continue
-		}
+	for k, it := range items {
+		i := sc.which[k]
+		lim := c.p.Limits[i]
 		applicable = append(applicable, lim.Name)
 		named := slices.Contains(limits, lim.Name)
 		if len(limits) > 0 && !named {
 			continue
 		}
-		if lim.Kind != policy.TokenBucket {
+		if !lim.Kind.Pausable() {
 			if named {
 				return time.Time{}, sluice.Errorf(sluice.ErrInvalidLimit, "limit %q is a %s limit: only token buckets pause", lim.Name, lim.Kind)
 			}
 			continue
 		}
-		full := c.prefix[i] + key
-		if lim.HashTag != "" {
-			full = string(lim.AppendHashTag(nil, descriptors)) + full
-		}
-		adj = append(adj, store.Adjustment{Key: full, Spec: c.specs[i], Pause: d})
-		names, shown = append(names, lim.Name), append(shown, key)
+		adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Pause: d})
+		names, shown = append(names, lim.Name), append(shown, it.Key[sc.user[k]:])
 	}
 	for _, n := range limits {
 		if !slices.Contains(applicable, n) {
@@ -85,8 +85,8 @@ func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d ti
 	}
 	if _, err := l.st.Take(ctx, peek); err == nil {
 		for j := range peek {
-			lim := c.p.Limits[c.index(names[j])]
-			fill := time.Duration(float64(lim.Bucket.Capacity) / lim.Bucket.Rate * float64(time.Second))
+			sh := c.p.Limits[c.index(names[j])].Shape()
+			fill := time.Duration(float64(sh.Capacity) / sh.Rate * float64(time.Second))
 			if end := time.Now().Add(peek[j].Decision.ResetAfter - fill); end.After(until) {
 				until = end
 			}
@@ -94,14 +94,15 @@ func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d ti
 	}
 	for j, n := range names {
 		l.m.pauses.WithLabelValues(n).Inc()
-		lim := c.p.Limits[c.index(n)]
+		i := c.index(n)
+		lim, st := c.p.Limits[i], c.status[i]
 		key := shown[j]
 		if len(c.p.Redact) > 0 {
 			key, _ = c.p.DisplayKey(lim, descriptors)
 		}
 		if l.log != nil { // (not within the refusal records' budget: pauses are few, and matter when refusals are many)
-			l.log.LogAttrs(ctx, slog.LevelInfo, "rate limit: paused by a retry hint", slog.String("limiter", n), slog.String("result", "paused"),
-				slog.Int64("bucket_capacity", lim.Bucket.Capacity), slog.Float64("refill_per_second", lim.Bucket.Rate),
+			l.log.LogAttrs(ctx, slog.LevelInfo, "rate limit: paused by a retry hint", slog.String("limiter", n), slog.String("result", ResultPaused),
+				slog.Int64("bucket_capacity", st.Capacity), slog.Float64("refill_per_second", st.RefillPerSecond),
 				slog.String("key", key), slog.Int64("retry_after_ms", CeilMS(d)))
 		}
 	}
