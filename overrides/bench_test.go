@@ -89,3 +89,21 @@ func TestBytesPerOverride(t *testing.T) {
 	t.Logf("%.1f B/override (%d exact overrides of one limit, keys of 14 bytes)", per, n)
 	runtime.KeepAlive(s)
 }
+
+// BenchmarkPut: one replacement and one new override into a Set holding
+// 100,000 (the cost of a change does not grow with the Set).
+func BenchmarkPut(b *testing.B) {
+	s := bigSet(b, 100_000, 1_000)
+	now := time.Now()
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		o := overrides.Override{Name: "tenant_api", Match: map[string]string{"tenant": fmt.Sprintf("new-%d", i%1000)},
+			Params: overrides.Params{Capacity: 100}}
+		o.Stamp(now, time.Time{})
+		if err := s.Put(&o); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

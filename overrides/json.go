@@ -36,6 +36,15 @@ func CanonicalMatch(m map[string]string) string {
 }
 
 func appendString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		plain = s[i] >= 0x20 && s[i] < 0x80 && s[i] != '"' && s[i] != '\\'
+	}
+	if plain { // (what encoding/json writes unchanged)
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -231,7 +231,9 @@ func (s *Set) put(o *Override) error {
 	if r.expires != 0 {
 		heap.Push(&s.exp, expiry{r.expires, r})
 	}
-	delete(s.inactive, o.Key())
+	if len(s.inactive) > 0 {
+		delete(s.inactive, o.Key())
+	}
 	return nil
 }
 
