@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/internal/keyesc"
+	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -111,13 +112,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 
 // rlsCall is one ShouldRateLimit call: per descriptor what applies, the
 // store items to take (descriptors of one key merged), the shadow items
-// (counted, never refusing), and the overall code so far.
+// (counted, never refusing: the limiter's rule, limiter.DecideShadow), and
+// the overall code so far.
 type rlsCall struct {
 	ds              []applied
 	items, shadow   []store.Item
 	index, shadowIx map[string]int // key -> index in items, in shadow; made when a call has several descriptors
 	overall         rls.RateLimitResponse_Code
-	shadowTaken     bool // the shadow items were decided (the call was admitted)
 }
 
 // collect matches every descriptor of req against the domain's tree root
@@ -175,23 +176,20 @@ func (c *rlsCall) add(a *applied) {
 	if node.Limit.Unlimited {
 		return
 	}
-	if a.hits > int64(node.Limit.RequestsPerUnit) {
-		a.over = true // can never be admitted
-		if !node.Shadow {
-			c.overall = rls.RateLimitResponse_OVER_LIMIT
-		}
-		return
-	}
 	if node.Shadow {
 		a.shade = true
 		if j, ok := c.shadowIx[a.key]; ok && c.shadowIx != nil {
-			c.shadow[j].Cost = min(c.shadow[j].Cost+a.hits, c.shadow[j].Spec.Capacity())
+			c.shadow[j].Cost += a.hits
 		} else {
 			if c.shadowIx != nil {
 				c.shadowIx[a.key] = len(c.shadow)
 			}
 			c.shadow = append(c.shadow, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
 		}
+		return
+	}
+	if a.hits > int64(node.Limit.RequestsPerUnit) {
+		a.over, c.overall = true, rls.RateLimitResponse_OVER_LIMIT // can never be admitted
 		return
 	}
 	if j, ok := c.index[a.key]; ok {
@@ -210,8 +208,8 @@ func (c *rlsCall) add(a *applied) {
 }
 
 // decide takes the items from st, all or nothing (or, when one is over
-// its capacity, peeks them all), then counts the shadow items of an
-// admitted call.
+// its capacity, peeks them all), then decides the shadow items one by one
+// (limiter.DecideShadow: a refused call's are peeked).
 func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
 	items := c.items
 	if len(items) > 0 && c.overall == rls.RateLimitResponse_OK {
@@ -236,12 +234,11 @@ func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
 			return grpcError(p)
 		}
 	}
-	if len(c.shadow) > 0 && c.overall == rls.RateLimitResponse_OK {
-		// Shadow limits count what passes, one by one, and refuse nothing.
+	if len(c.shadow) > 0 {
+		take := func(its []store.Item) (store.Result, error) { return st.Take(ctx, its) }
 		for j := range c.shadow {
-			st.Take(ctx, c.shadow[j:j+1])
+			limiter.DecideShadow(c.shadow[j:j+1], c.overall != rls.RateLimitResponse_OK, take) // (an error: reported admitting)
 		}
-		c.shadowTaken = true
 	}
 	return nil
 }
@@ -257,7 +254,7 @@ func (c *rlsCall) respond(decisions *prometheus.CounterVec) *rls.RateLimitRespon
 		if ok {
 			described = append(described, lim)
 			if decisions != nil {
-				decisions.WithLabelValues(limitLabel(c.ds[i].node), c.result(&c.ds[i], st, lim), "original").Inc()
+				decisions.WithLabelValues(limitLabel(c.ds[i].node), c.result(&c.ds[i], st, lim), limiter.AttemptOriginal).Inc()
 			}
 		}
 		resp.Statuses = append(resp.Statuses, st)
@@ -289,10 +286,11 @@ func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus
 	case a.item >= 0:
 		d = c.items[a.item].Decision
 	case a.shade:
-		d = c.shadow[c.shadowIx[a.key]].Decision // shadowIx is nil (index 0) for a lone descriptor
+		it := c.shadow[c.shadowIx[a.key]] // shadowIx is nil (index 0) for a lone descriptor
 		// The code stays OK; the RateLimit fields say what enforcing it
-		// would have (an undecided shadow, in a refused call, admits).
-		refused := a.over || c.shadowTaken && !d.Allowed
+		// would have.
+		d = it.Decision
+		refused := limiter.ShadowRefused(it, a.hits)
 		d.Allowed = true
 		defer func() { lim.Allowed = !refused }()
 	}
@@ -353,9 +351,9 @@ func limitLabel(n *Node) string {
 func (c *rlsCall) result(a *applied, st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit) string {
 	switch {
 	case a.shade && !lim.Allowed:
-		return "shadow_rejected"
+		return limiter.ResultShadowRejected
 	case st.Code != rls.RateLimitResponse_OK:
-		return "rejected"
+		return limiter.ResultRejected
 	}
-	return "admitted"
+	return limiter.ResultAdmitted
 }
