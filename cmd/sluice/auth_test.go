@@ -63,13 +63,7 @@ func TestForwardAuth(t *testing.T) {
 // The nginx recipe of docs/proxies.md, tested against Debian's nginx on
 // loopback in front of a real upstream.
 func TestForwardAuthNginx(t *testing.T) {
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
-			t.Fatal("nginx is needed: apt-get install nginx (scripts/test.sh does)")
-		}
-		nginx = "/usr/sbin/nginx"
-	}
+	nginx := nginxBinary(t)
 	upstream, hits, p, port := proxyRig(t)
 	dir := t.TempDir()
 	conf := fmt.Sprintf(`worker_processes 1;
@@ -208,13 +202,7 @@ func burstThroughProxy(t *testing.T, base string, hits *atomic.Int64, logs func(
 // The Caddy recipe of docs/proxies.md, against Caddy built from its Go
 // module (scripts/test.sh builds tools/caddy and sets SLUICE_CADDY).
 func TestForwardAuthCaddy(t *testing.T) {
-	caddy := os.Getenv("SLUICE_CADDY")
-	if caddy == "" {
-		var err error
-		if caddy, err = exec.LookPath("caddy"); err != nil {
-			t.Fatal("Caddy is needed: cd tools/caddy && GOWORK=off go build, then SLUICE_CADDY=path (scripts/test.sh does)")
-		}
-	}
+	caddy := caddyBinary(t)
 	upstream, hits, p, port := proxyRig(t)
 	conf := recipe(t, "caddyfile")
 	conf = strings.ReplaceAll(conf, "http://127.0.0.1:8000", fmt.Sprintf("http://127.0.0.1:%d", port))

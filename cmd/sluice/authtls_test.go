@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testbin"
 )
 
 // testCA is a certificate authority made for a test.
@@ -301,16 +303,10 @@ func TestForwardAuthClientCert(t *testing.T) {
 	})
 }
 
-// nginxBinary is nginx on the PATH, else Debian's /usr/sbin/nginx.
+// nginxBinary is nginx on the PATH (Debian's is /usr/sbin/nginx).
 func nginxBinary(t *testing.T) string {
 	t.Helper()
-	if b, err := exec.LookPath("nginx"); err == nil {
-		return b
-	}
-	if _, err := os.Stat("/usr/sbin/nginx"); err != nil {
-		t.Fatal("nginx is needed: apt-get install nginx (scripts/test.sh does)")
-	}
-	return "/usr/sbin/nginx"
+	return testbin.Need(t, testbin.Nginx)
 }
 
 // runNginx runs nginx with server (the recipe's upstream and server
@@ -347,14 +343,7 @@ http {
 // caddyBinary is $SLUICE_CADDY, else caddy on the PATH.
 func caddyBinary(t *testing.T) string {
 	t.Helper()
-	if b := os.Getenv("SLUICE_CADDY"); b != "" {
-		return b
-	}
-	b, err := exec.LookPath("caddy")
-	if err != nil {
-		t.Fatal("Caddy is needed: SLUICE_CADDY=$(tools/caddy/build.sh) (scripts/test.sh does)")
-	}
-	return b
+	return testbin.Need(t, testbin.Caddy)
 }
 
 // runCaddy runs the Caddyfile conf (the recipe's, its forward_auth already

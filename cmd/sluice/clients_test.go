@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testbin"
 )
 
 // The client workers of the Python and TypeScript clients
@@ -26,9 +28,9 @@ var (
 func worker(t *testing.T, lang string, args ...string) map[string]float64 {
 	var cmd *exec.Cmd
 	if lang == "python" {
-		cmd = exec.Command("python3", append([]string{pyWorker}, args...)...)
+		cmd = exec.Command(python3, append([]string{pyWorker}, args...)...)
 	} else {
-		cmd = exec.Command("node", append([]string{nodeWorker}, args...)...)
+		cmd = exec.Command(node, append([]string{nodeWorker}, args...)...)
 	}
 	out, err := cmd.Output()
 	if err != nil {
@@ -58,15 +60,17 @@ func worker(t *testing.T, lang string, args ...string) map[string]float64 {
 	return rep
 }
 
+// The interpreters of the client workers (needClients sets them).
+var python3, node string
+
+// needClients finds python3 and node and checks that the TypeScript client
+// is built; what is missing skips the test in -short mode and fails it
+// otherwise.
 func needClients(t *testing.T) {
 	t.Helper()
+	python3, node = testbin.Need(t, testbin.Python3), testbin.Need(t, testbin.Node)
 	if _, err := os.Stat(filepath.Join("..", "..", "clients", "typescript", "dist", "index.js")); err != nil {
-		t.Fatal("the TypeScript client is not built: run `npm ci && npm run build` in clients/typescript (scripts/test.sh does)")
-	}
-	for _, bin := range []string{"python3", "node"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s is needed for the cross-language tests: %v", bin, err)
-		}
+		testbin.Missing(t, "the TypeScript client built (clients/typescript/dist)", "run `npm ci && npm run build` in clients/typescript")
 	}
 }
 

@@ -13,18 +13,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testbin"
 )
 
-// chromium finds Debian's chromium (scripts/test.sh installs it).
+// chromium finds headless Chromium (scripts/test.sh installs Debian's).
 func chromium(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("headless Chromium is needed for the live page's test: apt-get install chromium (scripts/test.sh does)")
-	return ""
+	return testbin.Need(t, testbin.Chromium)
 }
 
 // headless loads url in headless Chromium, lets the page run for budget of

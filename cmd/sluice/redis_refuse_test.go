@@ -22,11 +22,7 @@ import (
 // 2 and Redis's error; nothing listens. Only an unreachable Redis starts
 // degraded.
 func TestServeRedisRefusedSettingsExit2(t *testing.T) {
-	r, err := redistest.Start("--requirepass", "pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
+	r := startRedis(t, "--requirepass", "pw")
 	web := httptest.NewServer(http.NotFoundHandler())
 	defer web.Close()
 	pol := filepath.Join(t.TempDir(), "p.yaml")
@@ -76,11 +72,7 @@ func checks(t *testing.T, p *proc, tenant string, n int) map[int]int {
 // admitted), a new tenant is refused (503 store_full, none admitted),
 // /readyz says the store refuses and why, and the metric counts class oom.
 func TestServeRedisOOMDecidesNoAdmissionWithoutDecision(t *testing.T) {
-	r, err := redistest.Start("--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
+	r := startRedis(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 	pol := filepath.Join(t.TempDir(), "p.yaml")
 	writePolicy(t, pol, "limits:\n  - name: tenant_api\n    key: \"tenant:{tenant}\"\n    capacity: 100\n    refill_per_second: 0.001\n")
 	p := serve(t, "--config", pol, "--store", "redis://"+r.Addr) // --on-store-error fail_open, the default
@@ -132,11 +124,7 @@ func TestServeRedisOOMDecidesNoAdmissionWithoutDecision(t *testing.T) {
 // function library either, and loads none at maxmemory: every check
 // answers 503 with the OOM, none is admitted.
 func TestServeRedisBackAtOOMIsNotAnOutage(t *testing.T) {
-	r, err := redistest.Start("--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
+	r := startRedis(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 	r.Kill()
 	pol := filepath.Join(t.TempDir(), "p.yaml")
 	writePolicy(t, pol, "limits:\n  - name: tenant_api\n    key: \"tenant:{tenant}\"\n    capacity: 100\n    refill_per_second: 0.001\n")

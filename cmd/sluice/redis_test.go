@@ -13,16 +13,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testbin"
 )
 
-func startRedis(t *testing.T) *redistest.Server {
+// startRedis starts a redis-server of the test's own (a missing one skips
+// the test in -short mode and fails it otherwise).
+func startRedis(t *testing.T, extra ...string) *redistest.Server {
 	t.Helper()
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	return srv
+	return redistest.New(t, extra...)
 }
 
 // hammer sends checks for one key from n goroutines until stop, spread
@@ -441,11 +439,7 @@ func TestServeRedisKilledUnderLoad(t *testing.T) {
 // share a slot (one script), the global limit lives elsewhere (reserve and
 // refund across slots); keys carry --store-prefix.
 func TestServeRedisCluster(t *testing.T) {
-	cl, err := redistest.StartCluster(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl := redistest.NewCluster(t, 3)
 	pol := filepath.Join(t.TempDir(), "p.yaml")
 	writePolicy(t, pol, `limits:
   - name: global
@@ -497,7 +491,7 @@ func TestServeRedisCluster(t *testing.T) {
 	// Every key is under the prefix, with the tenant limits' tag.
 	n := 0
 	for _, addr := range cl.Addrs() {
-		out, err := exec.Command("redis-cli", "-u", "redis://"+addr, "--scan", "--pattern", "edge:*").Output()
+		out, err := exec.Command(testbin.Need(t, testbin.RedisCLI), "-u", "redis://"+addr, "--scan", "--pattern", "edge:*").Output()
 		if err != nil {
 			t.Fatal(err)
 		}

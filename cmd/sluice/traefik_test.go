@@ -16,19 +16,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testbin"
 )
 
 // traefikBinary is $SLUICE_TRAEFIK, else traefik on the PATH.
 func traefikBinary(t *testing.T) string {
 	t.Helper()
-	if b := os.Getenv("SLUICE_TRAEFIK"); b != "" {
-		return b
-	}
-	b, err := exec.LookPath("traefik")
-	if err != nil {
-		t.Fatal("Traefik is needed: SLUICE_TRAEFIK=$(tools/traefik/build.sh) (scripts/test.sh does)")
-	}
-	return b
+	return testbin.Need(t, testbin.Traefik)
 }
 
 // docBlock is the fenced block of docs/proxies.md whose first line is

@@ -48,11 +48,7 @@ func (s *syncBuffer) String() string {
 
 func newRig(t *testing.T, mode string, instances int) *rig {
 	t.Helper()
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := redistest.New(t)
 	rs, err := redisstore.Open("redis://"+srv.Addr, redisstore.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)

@@ -16,14 +16,10 @@ import (
 	"github.com/sluicehq/sluice/store/redisstore"
 )
 
-var srv *redistest.Server
+// srv is the tests' redis-server, started by the first test that asks.
+var srv redistest.Shared
 
 func TestMain(m *testing.M) {
-	var err error
-	if srv, err = redistest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
 	srv.Stop()
 	os.Exit(code)
@@ -35,7 +31,7 @@ var seq atomic.Int64
 // one test pass the same prefix).
 func shared(t *testing.T, prefix string) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.Open("redis://"+srv.Addr, redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))
+	s, err := redisstore.Open("redis://"+srv.Addr(t), redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

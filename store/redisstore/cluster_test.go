@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,21 +13,14 @@ import (
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
-var (
-	clusterOnce sync.Once
-	cluster     *redistest.Cluster
-	clusterErr  error
-)
+// cluster is a real 3-master Redis Cluster, started once per test binary
+// by the first test that needs it, stopped by TestMain.
+var cluster = redistest.SharedCluster{N: 3}
 
-// openCluster returns a store on a real 3-master Redis Cluster (started
-// once per test binary, stopped by TestMain).
+// openCluster returns a store on the cluster.
 func openCluster(t *testing.T, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	clusterOnce.Do(func() { cluster, clusterErr = redistest.StartCluster(3) })
-	if clusterErr != nil {
-		t.Fatal(clusterErr)
-	}
-	u := "redis+cluster://" + strings.Join(cluster.Addrs(), ",")
+	u := "redis+cluster://" + strings.Join(cluster.Addrs(t), ",")
 	s, err := redisstore.Open(u, append([]redisstore.Option{redisstore.WithPrefix(prefix()), redisstore.WithTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

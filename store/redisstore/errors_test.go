@@ -23,12 +23,7 @@ import (
 // startRedis starts a redis-server of the test's own with extra arguments.
 func startRedis(t *testing.T, extra ...string) *redistest.Server {
 	t.Helper()
-	s, err := redistest.Start(extra...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return redistest.New(t, extra...)
 }
 
 // fillToOOM writes junk keys until Redis answers OOM (it runs under
@@ -207,7 +202,7 @@ func TestWrongType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redistest.Do(srv.Addr, "SET", s.Key(store.Concurrency, "k"), "not a set"); err != nil {
+	if _, err := redistest.Do(srv.Addr(t), "SET", s.Key(store.Concurrency, "k"), "not a set"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Take(ctx, []store.Item{{Key: "k", Spec: slots, Cost: 1}})

@@ -25,20 +25,14 @@ import (
 	"github.com/sluicehq/sluice/window"
 )
 
-var srv *redistest.Server
+// srv is the redis-server of the tests (a test's own when it needs
+// settings of its own), started by the first test that asks for it.
+var srv redistest.Shared
 
 func TestMain(m *testing.M) {
-	var err error
-	srv, err = redistest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
 	srv.Stop()
-	if cluster != nil {
-		cluster.Stop()
-	}
+	cluster.Stop()
 	os.Exit(code)
 }
 
@@ -77,7 +71,7 @@ func windowLimit(n int64, w time.Duration) window.Limit { return window.Limit{Li
 // own, so tests do not see each other's keys.
 func open(t testing.TB, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.Open("redis://"+srv.Addr, append([]redisstore.Option{redisstore.WithPrefix(prefix()), redisstore.WithTimeout(5 * time.Second)}, opts...)...)
+	s, err := redisstore.Open("redis://"+srv.Addr(t), append([]redisstore.Option{redisstore.WithPrefix(prefix()), redisstore.WithTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +546,7 @@ func TestRenewOnRedisTime(t *testing.T) {
 	if r2, err := s.Take(ctx, items); err != nil || r2.Allowed {
 		t.Fatalf("rule: a renewed slot is held past its TTL: %+v %v", r2, err)
 	}
-	pttl, err := redistest.Do(srv.Addr, "PTTL", r.Lease.Keys[0])
+	pttl, err := redistest.Do(srv.Addr(t), "PTTL", r.Lease.Keys[0])
 	if n, _ := strconv.Atoi(strings.TrimPrefix(pttl, ":")); err != nil || n < 3000 {
 		t.Fatalf("the lease set's key expires with its renewed slot: PTTL %q %v", pttl, err)
 	}

@@ -17,11 +17,7 @@ import (
 // and falls back to scripts (EVALSHA) where Redis has no FUNCTION: both
 // forms pass the conformance suite.
 func TestFunctionsAndScripts(t *testing.T) {
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
+	srv := redistest.New(t)
 	open := func(t *testing.T, c sluice.Clock, scriptsOnly bool) *Store {
 		s, err := Open("redis://"+srv.Addr, WithScriptClock(c), WithPrefix(strings.ReplaceAll(t.Name(), "/", "-")+":"))
 		if err != nil {

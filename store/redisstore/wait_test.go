@@ -15,7 +15,7 @@ import (
 // script's start).
 func timeAdvancesInScripts(t *testing.T) bool {
 	t.Helper()
-	v, err := redistest.Bulk(srv.Addr, "EVAL", `local a = redis.call('TIME')
+	v, err := redistest.Bulk(srv.Addr(t), "EVAL", `local a = redis.call('TIME')
 local x = 0
 for i = 1, 2000000 do x = x + i end
 local b = redis.call('TIME')
