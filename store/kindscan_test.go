@@ -22,12 +22,6 @@ import (
 // the policy's and the Redis codec's rows of it.
 var kindTestsAllowed = []string{"store/kind*.go", "policy/kinds.go", "store/redisstore/codec.go"}
 
-// kindTestsPending are directories whose kind tests are still being
-// moved into the table: their hits are logged, not failures.
-// TODO(issue 24): empty it once limiter/ reads kinds only through the
-// table (Kind.HoldsSlots, Kind.Pausable, Limit.Shape, Limit.LogAttrs).
-var kindTestsPending = []string{"limiter/"}
-
 // kindPackages are the import paths whose names spell the kind constants.
 var kindPackages = []string{"github.com/sluicehq/sluice/store", "github.com/sluicehq/sluice/policy"}
 
@@ -74,12 +68,7 @@ func TestKindTestsOnlyInTheTable(t *testing.T) {
 			allowedHits += len(hits)
 			return nil
 		}
-		pending := slices.ContainsFunc(kindTestsPending, func(dir string) bool { return strings.HasPrefix(rel, dir) })
 		for _, h := range hits {
-			if pending {
-				t.Logf("%s: %s outside the kind table (pending)", h.pos, h.what)
-				continue
-			}
 			t.Errorf("%s: %s outside the kind table: add a method to the table (store/kind*.go) and call it", h.pos, h.what)
 		}
 		return nil
