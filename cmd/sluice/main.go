@@ -5,6 +5,8 @@
 //	sluice check F             validate a policy file (or --config F, or --envoy-config DIR); exit 1 with the errors
 //	sluice simulate ...        replay a trace against a policy on virtual time, plot it
 //	sluice bench --target U    load a running service on loopback; decisions/s and latency
+//	sluice overrides set|get|list|delete|resolve --url U NAME KEY=VALUE...
+//	                           a running service's overrides (/v1/overrides)
 //	sluice version             the module version and VCS revision (also sluice --version)
 //
 // Every flag can also be set by an environment variable: serve's as
@@ -35,13 +37,14 @@ var version string
 type cli struct {
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
-	Demo     demoCmd     `cmd:"" default:"1" help:"Replay worked vectors of docs/behaviour.md sections 1 and 2 on a manual clock (the default)."`
-	Serve    serveCmd    `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service: HTTP/JSON API (and Envoy's RateLimitService over gRPC), state in memory or on Redis."`
-	Check    checkCmd    `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file (or a directory of Envoy ratelimit config); exit 1 with the errors."`
-	Simulate simulateCmd `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
-	Bench    benchCmd    `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
-	Top      topCmd      `cmd:"" envprefix:"SLUICE_TOP_" help:"Show the heaviest keys of a running service per limit (refused, or admitted cost), refreshing like top."`
-	Version  versionCmd  `cmd:"" help:"Print the module version and VCS revision."`
+	Demo      demoCmd      `cmd:"" default:"1" help:"Replay worked vectors of docs/behaviour.md sections 1 and 2 on a manual clock (the default)."`
+	Serve     serveCmd     `cmd:"" envprefix:"SLUICE_" help:"Run the rate-limit service: HTTP/JSON API (and Envoy's RateLimitService over gRPC), state in memory or on Redis."`
+	Check     checkCmd     `cmd:"" envprefix:"SLUICE_CHECK_" help:"Validate a policy file (or a directory of Envoy ratelimit config); exit 1 with the errors."`
+	Simulate  simulateCmd  `cmd:"" envprefix:"SLUICE_SIMULATE_" help:"Replay a trace against a policy on virtual time; optionally plot and compare algorithms."`
+	Bench     benchCmd     `cmd:"" envprefix:"SLUICE_BENCH_" help:"Load a running sluice service on this machine (loopback only) and report decisions/s and latency."`
+	Top       topCmd       `cmd:"" envprefix:"SLUICE_TOP_" help:"Show the heaviest keys of a running service per limit (refused, or admitted cost), refreshing like top."`
+	Overrides overridesCmd `cmd:"" envprefix:"SLUICE_OVERRIDES_" help:"Set, show, list, delete and resolve a running service's overrides (per-descriptor changes of a limit, deny, unlimited)."`
+	Version   versionCmd   `cmd:"" help:"Print the module version and VCS revision."`
 }
 
 type env struct {
