@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type
 
 from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import Headers, parse_provider_limits, retry_hint
+from ._overrides import _AsyncOverrides, _Overrides
 
 __all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket"]
 
@@ -167,7 +168,7 @@ def _error(status: int, body: Mapping[str, Any], raw: str) -> SluiceError:
     return cls(msg, status=status, code=code)
 
 
-class Client:
+class Client(_Overrides):
     """A blocking client of ``sluice serve`` at ``url`` (``http://host:port``).
 
     ``token`` is the bearer token the service wants (``--auth-token-file``;
@@ -193,8 +194,13 @@ class Client:
     # -- the wire ---------------------------------------------------------
 
     def _post(self, path: str, body: Mapping[str, Any], wait: float = 0.0, ok_statuses: tuple = (200,)) -> tuple:
-        data = json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method="POST", headers={"Content-Type": "application/json"})
+        return self._call("POST", path, body, wait, ok_statuses)
+
+    def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None, wait: float = 0.0,
+              ok_statuses: tuple = (200,)) -> tuple:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {} if data is None else {"Content-Type": "application/json"}
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
         try:
@@ -417,7 +423,7 @@ async def _done() -> None:
     return None
 
 
-class AsyncClient:
+class AsyncClient(_AsyncOverrides):
     """The asyncio client: the methods of Client as coroutines (each HTTP
     call runs in a thread; the waits are asyncio sleeps, so a cancelled task
     cancels its booking)."""
