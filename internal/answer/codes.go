@@ -14,6 +14,8 @@ const (
 	BadRequest           Code = "bad_request"
 	UnknownLimit         Code = "unknown_limit"
 	Unauthorized         Code = "unauthorized"
+	Denied               Code = "denied"
+	Forbidden            Code = "forbidden"
 	NoRequestDescriptors Code = "no_request_descriptors"
 	NotFound             Code = "not_found"
 	ReceiptDropped       Code = "receipt_dropped"
@@ -21,10 +23,14 @@ const (
 	UnknownLease         Code = "unknown_lease"
 	MethodNotAllowed     Code = "method_not_allowed"
 	AlreadySettled       Code = "already_settled"
+	PolicyOverride       Code = "policy_override"
 	BodyTooLarge         Code = "body_too_large"
 	CostExceedsCapacity  Code = "cost_exceeds_capacity"
+	KindMismatch         Code = "kind_mismatch"
 	NoLimitApplies       Code = "no_limit_applies"
 	RequestIDMismatch    Code = "request_id_mismatch"
+	TooManyOverrides     Code = "too_many_overrides"
+	UnknownDescriptor    Code = "unknown_descriptor"
 	RateLimited          Code = "rate_limited"
 	BadAnswer            Code = "bad_answer"
 	BadReceipt           Code = "bad_receipt"
@@ -48,8 +54,9 @@ const (
 type Entry struct {
 	Code Code
 	// Status is the HTTP status answered with Code. The exceptions, named
-	// in Meaning, are forward-auth's ?deny= status for rate_limited and
-	// no_policy's 404 on the /v1/ paths of an Envoy-config service.
+	// in Meaning, are forward-auth's ?deny= status for rate_limited,
+	// no_policy's 404 on the /v1/ paths of an Envoy-config service and
+	// unknown_limit's 404 on /v1/overrides.
 	Status int
 	// GRPC is the gRPC status code answered with Code's errors over gRPC
 	// (google.golang.org/grpc/codes numbering); 0 when none is.
@@ -63,26 +70,32 @@ type Entry struct {
 var table = [...]Entry{
 	{BadBody, 400, 0, "The body could not be read."},
 	{BadJSON, 400, 0, "The body is not one JSON object of known fields, each named in its exact case and given once, at any depth; the message names the field and what it wants. Nothing was charged."},
-	{BadRequest, 400, GRPCInvalidArgument, "A field or parameter is missing, out of its bounds or inapplicable (missing descriptors, a negative cost or wait, more than 64 descriptors, a name outside 1 to 128 bytes, a value over 1024 bytes, a `request_id` over 256 bytes, a bad `?deny=`), or the middleware's `KeyFunc` failed; over gRPC, a request over the RateLimitService's bounds. Nothing was charged."},
-	{UnknownLimit, 400, GRPCInvalidArgument, "`costs`, `actual_costs` or `/v1/pause`'s `limits` name a limit that does not apply to the descriptors (`\"limit\"` names it), or `/v1/top`'s `limit` is not in the policy."},
+	{BadRequest, 400, GRPCInvalidArgument, "A field or parameter is missing, out of its bounds or inapplicable (missing descriptors, a negative cost or wait, more than 64 descriptors, a name outside 1 to 128 bytes, a value over 1024 bytes, a `request_id` over 256 bytes, a bad `?deny=`), or the middleware's `KeyFunc` failed; over gRPC, a request over the RateLimitService's bounds; on `/v1/overrides`, a malformed override or query (a `*` inside a `match` value, a bad number, rate or duration, `deny` or `unlimited` with parameters, an unknown field, a bad `cursor` or `n`). Nothing was charged or changed."},
+	{UnknownLimit, 400, GRPCInvalidArgument, "`costs`, `actual_costs` or `/v1/pause`'s `limits` name a limit that does not apply to the descriptors (`\"limit\"` names it), or `/v1/top`'s `limit` is not in the policy; on `/v1/overrides` (answered 404 there), the override's `name` or the `limit` parameter is no limit of the policy."},
 	{Unauthorized, 401, 0, "The bearer token is missing or wrong (with `WWW-Authenticate`); on `--auth-listen` with `--auth-listen-client-ca`, the connection has no verified client certificate."},
+	{Denied, 403, 0, "Refused by an override with `deny: true` (a blocked key), whatever its limits' state: retrying is useless. Forward-auth answers 403 too; over gRPC it is a decision, `OVER_LIMIT`, not an error."},
+	{Forbidden, 403, 0, "A write (`PUT`, `DELETE`) to `/v1/overrides` on a service with neither `--admin-token-file` nor `--auth-token-file`, through a listener that is not on a loopback address (the message names the flags). Nothing changed."},
 	{NoRequestDescriptors, 404, 0, "`/v1/auth` on a policy without `request_descriptors`: descriptors cannot be read from a request."},
-	{NotFound, 404, 0, "No endpoint at this path; on `--auth-listen`, any path but `/v1/auth` and `/healthz`."},
+	{NotFound, 404, 0, "No endpoint at this path; on `--auth-listen`, any path but `/v1/auth` and `/healthz`; `DELETE /v1/overrides` of an override that does not exist."},
 	{ReceiptDropped, 404, 0, "`/v1/settle` of a lease whose receipt was dropped at the `--max-receipts` cap: its cost stands as charged."},
 	{TopOff, 404, 0, "`/v1/top` while the heaviest keys are not kept (`--top-keys 0`)."},
 	{UnknownLease, 404, 0, "`/v1/release` or `/v1/settle` of a lease never issued, or whose slots and receipt have expired (older than `--lease-window`)."},
 	{MethodNotAllowed, 405, 0, "The path does not take this method (`Allow` lists those it takes)."},
 	{AlreadySettled, 409, 0, "`/v1/settle` of a lease settled already (or that took no cost)."},
+	{PolicyOverride, 409, 0, "`PUT` or `DELETE /v1/overrides` of an override the policy file lists (`\"source\": \"policy\"`): change it in the file (a reload replaces them). Nothing changed."},
 	{BodyTooLarge, 413, 0, "The body is over `--max-body` bytes."},
 	{CostExceedsCapacity, 422, GRPCInvalidArgument, "A cost above the capacity of a limit that applies (`\"limit\"` names it): it can never be admitted, retrying is useless. Nothing was charged."},
+	{KindMismatch, 422, 0, "An override gives a field of another kind of limit (`limit` for a token bucket, `capacity` for a window; the message names the kinds that have it). Nothing changed."},
 	{NoLimitApplies, 422, GRPCInvalidArgument, "No limit of the policy applies to the descriptors of a `/v1/check` (unless the policy says `allow_unmatched: true`); the message names the descriptors each limit needs. Nothing was charged."},
 	{RequestIDMismatch, 422, 0, "The `request_id` was used by a request with other descriptors or cost. Nothing was charged."},
+	{TooManyOverrides, 422, 0, "`PUT /v1/overrides` of a new override while `--max-overrides` are held (a replacement is always accepted). Nothing changed."},
+	{UnknownDescriptor, 422, 0, "An override's `match` (or a listing's `match.` filter) names a descriptor its limit uses neither in its key template nor in its `when` (the message lists those it uses). Nothing changed."},
 	{RateLimited, 429, 0, "Refused by its limits, in front of an application (the middleware, forward-auth; with `?deny=403` or `?deny=401`, forward-auth answers that status): `retry_after_ms`, `Retry-After` and the RateLimit fields say when to retry. A refused `/v1/check` is a decision (429, `\"allowed\": false`, no code), over gRPC `OVER_LIMIT`; the clients' refusal errors carry this code."},
 	{BadAnswer, 500, 0, "The answer stored for this `request_id` is unreadable."},
 	{BadReceipt, 500, 0, "The receipt stored for this lease is unreadable."},
 	{NoPolicy, 503, 0, "`/readyz` with no policy loaded; 404 on the `/v1/` paths of an Envoy-config service (`--envoy-config`), which decides over gRPC only."},
 	{Retry, 503, 0, "The first request with this `request_id` has not finished: retry later."},
-	{StoreError, 503, GRPCUnavailable, "The limit store failed, or answered and refused (a replica, a missing script), for a limit whose `on_store_error` does not answer without it; or the store of `request_id` answers and leases failed."},
+	{StoreError, 503, GRPCUnavailable, "The limit store failed, or answered and refused (a replica, a missing script), for a limit whose `on_store_error` does not answer without it; or the store of `request_id` answers and leases failed, or the store of the overrides (`/v1/overrides`) did."},
 	{StoreFull, 503, GRPCResourceExhausted, "The key cap (`--max-keys`) is reached with every key held by a live lease, or Redis at `maxmemory` refuses a new key; with `Retry-After` when a lease frees room. Nothing was taken."},
 	{StoreRefusing, 503, 0, "`/readyz` (the body's `code`): the store answers and refuses every decision."},
 	{StoreUnreachable, 503, 0, "`/readyz` (the body's `code`): the store is unreachable and a limit in force fails closed, or `--ready-requires-store`."},
