@@ -17,6 +17,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/book"
 )
@@ -101,6 +103,22 @@ type Config struct {
 	// cannot see itself (the store, keys held, reloads); its answer is
 	// encoded as "status".
 	Status func() any
+	// Overrides, with a Limiter, serves /v1/overrides (PUT, DELETE, GET
+	// and GET /v1/overrides/resolve): the overrides in force, compiled
+	// against the limiter's policy (the caller keeps them in step with
+	// policy reloads: Set.SetPolicy), shared through OverrideStore (kept
+	// in step by SyncOverrides). /v1/policy then shows each limit's
+	// count, and Registerer gets sluice_overrides{limit}.
+	Overrides     *overrides.Set
+	OverrideStore overrides.Store
+	// AdminToken, when set, is the bearer token every /v1/overrides
+	// request needs (AuthToken does not do there; the other endpoints
+	// keep AuthToken). Without it /v1/overrides takes AuthToken, and
+	// with neither token its writes are accepted only when
+	// LoopbackListener says that the handler is served on a loopback
+	// address alone (else 403 forbidden).
+	AdminToken       string
+	LoopbackListener bool
 }
 
 // AuthHandler serves forward-auth alone (GET|POST /v1/auth, with the
@@ -146,7 +164,9 @@ type Server struct {
 	waitingFull atomic.Uint64 // checks not held because waiting was at --max-waiting
 	book        book.Book
 	// Repeated store errors, each message rate-limited (internal/ratelog).
-	checkFailedLog, leaseLog *ratelog.Message
+	checkFailedLog, leaseLog, syncLog *ratelog.Message
+	// ovMu serializes the API's override writes with SyncOverridesNow.
+	ovMu sync.Mutex
 }
 
 // New returns a server for cfg.
@@ -170,7 +190,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), book: cfg.Book,
 		checkFailedLog: ratelog.New(cfg.Logger, slog.LevelError, "check failed"),
-		leaseLog:       ratelog.New(cfg.Logger, slog.LevelError, "lease not recorded: answered without a lease")}
+		leaseLog:       ratelog.New(cfg.Logger, slog.LevelError, "lease not recorded: answered without a lease"),
+		syncLog:        ratelog.New(cfg.Logger, slog.LevelWarn, "overrides not synced: the overrides store failed")}
 	if s.book == nil {
 		s.book = book.NewMemory(book.Config{IdempotencyWindow: cfg.IdempotencyWindow, MaxAnswers: cfg.IdempotencyKeys,
 			LeaseWindow: cfg.LeaseWindow, MaxReceipts: cfg.MaxReceipts}, nil)
@@ -188,6 +209,17 @@ func New(cfg Config) (*Server, error) {
 		}, func() float64 { return float64(s.waitingFull.Load()) })); err != nil {
 			return nil, fmt.Errorf("server: registering metrics: %w", err)
 		}
+		if cfg.Limiter != nil && cfg.Overrides != nil {
+			if err := cfg.Registerer.Register(overridesGauge{cfg.Overrides}); err != nil {
+				return nil, fmt.Errorf("server: registering metrics: %w", err)
+			}
+		}
+	}
+	if cfg.Limiter != nil && cfg.Overrides != nil {
+		if cfg.OverrideStore == nil {
+			return nil, errors.New("server: Overrides needs an OverrideStore")
+		}
+		s.routeOverrides()
 	}
 	if cfg.Limiter != nil {
 		s.mux.HandleFunc("POST /v1/check", s.auth(s.check))
@@ -300,11 +332,14 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 // authorized reports whether r carries the bearer token (any case of the
 // scheme, the token compared in constant time); true without a token.
 func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.AuthToken == "" {
-		return true
-	}
+	return s.cfg.AuthToken == "" || hasBearer(r, s.cfg.AuthToken)
+}
+
+// hasBearer reports whether r carries "Authorization: Bearer <want>" (any
+// case of the scheme, the token compared in constant time).
+func hasBearer(r *http.Request, want string) bool {
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	ok := subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.AuthToken)) == 1
+	ok := subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(want)) == 1
 	return ok && strings.EqualFold(scheme, "Bearer")
 }
 
@@ -316,14 +351,8 @@ func (s *Server) unauthorized(w http.ResponseWriter) {
 // decode reads a JSON body into v: one object, known fields only, within
 // the size cap. It writes the error answer and returns false on failure.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			fail(w, answer.BodyTooLarge, "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
-		} else {
-			fail(w, answer.BadBody, "reading the body: %v", err)
-		}
+	body, ok := s.readBody(w, r)
+	if !ok {
 		return false
 	}
 	if err := DecodeStrict(body, v); err != nil {
@@ -424,39 +453,58 @@ func kindName(t reflect.Type) string {
 	return "another type"
 }
 
+// limitView is a limit as /v1/policy shows it.
+type limitView struct {
+	Name      string            `json:"name"`
+	Key       string            `json:"key"`
+	Algorithm string            `json:"algorithm"`
+	When      map[string]string `json:"when,omitempty"`
+	Capacity  int64             `json:"capacity"`
+	Refill    float64           `json:"refill_per_second,omitempty"`
+	Window    string            `json:"window,omitempty"`
+	LeaseTTL  string            `json:"lease_ttl,omitempty"`
+	Period    string            `json:"period,omitempty"`
+	Timezone  string            `json:"timezone,omitempty"`
+	// OnStoreError is the limit's own on_store_error (absent: the
+	// server's --on-store-error).
+	OnStoreError string `json:"on_store_error,omitempty"`
+	// Shadow: in shadow mode (the limit's shadow: true, or --shadow).
+	Shadow bool `json:"shadow,omitempty"`
+	// Overrides is the number of overrides of the limit held (with
+	// Config.Overrides; absent without).
+	Overrides *int `json:"overrides,omitempty"`
+}
+
+// viewOf is l as /v1/policy shows it.
+func viewOf(l *policy.Limit, shadow bool) limitView {
+	sh := l.Shape() // (each field its kind's, zero and omitted for others)
+	return limitView{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When,
+		Capacity: sh.Capacity, Refill: sh.Rate, Window: durationField(sh.Window), LeaseTTL: durationField(sh.LeaseTTL),
+		Period: sh.Period, Timezone: sh.Timezone, OnStoreError: l.OnStoreError, Shadow: shadow}
+}
+
 func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
 	p := s.cfg.Limiter.Policy()
-	type lim struct {
-		Name      string            `json:"name"`
-		Key       string            `json:"key"`
-		Algorithm string            `json:"algorithm"`
-		When      map[string]string `json:"when,omitempty"`
-		Capacity  int64             `json:"capacity"`
-		Refill    float64           `json:"refill_per_second,omitempty"`
-		Window    string            `json:"window,omitempty"`
-		LeaseTTL  string            `json:"lease_ttl,omitempty"`
-		Period    string            `json:"period,omitempty"`
-		Timezone  string            `json:"timezone,omitempty"`
-		// OnStoreError is the limit's own on_store_error (absent: the
-		// server's --on-store-error).
-		OnStoreError string `json:"on_store_error,omitempty"`
-		// Shadow: in shadow mode (the limit's shadow: true, or --shadow).
-		Shadow bool `json:"shadow,omitempty"`
-	}
 	shadow := map[string]bool{}
 	for _, st := range s.cfg.Limiter.Statuses() {
 		shadow[st.Name] = st.Shadow
 	}
 	out := struct {
-		Version string `json:"version"`
-		Limits  []lim  `json:"limits"`
-		Source  string `json:"source"`
+		Version string      `json:"version"`
+		Limits  []limitView `json:"limits"`
+		Source  string      `json:"source"`
 	}{Version: p.Version, Source: string(p.Source)}
+	var counts map[string]int
+	if s.cfg.Overrides != nil {
+		counts = s.cfg.Overrides.Counts()
+	}
 	for _, l := range p.Limits {
-		sh := l.Shape() // (each field its kind's, zero and omitted for others)
-		out.Limits = append(out.Limits, lim{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When,
-			Capacity: sh.Capacity, Refill: sh.Rate, Window: durationField(sh.Window), LeaseTTL: durationField(sh.LeaseTTL),
-			Period: sh.Period, Timezone: sh.Timezone, OnStoreError: l.OnStoreError, Shadow: shadow[l.Name]})
+		v := viewOf(l, shadow[l.Name])
+		if counts != nil {
+			n := counts[v.Name]
+			v.Overrides = &n
+		}
+		out.Limits = append(out.Limits, v)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
