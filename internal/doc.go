@@ -14,10 +14,11 @@
 // workspace. TestImports (doc_test.go) fails on an import this list does
 // not allow and on an internal package it does not name.
 //
-//   - internal/answer renders decisions into answers, once for every
-//     surface: a decision's tightest limit, its RateLimit, RateLimit-Policy
-//     and Retry-After headers, and an error's HTTP status, JSON error code
-//     and gRPC code. Imported by: envoyrls, httplimit, server.
+//   - internal/answer renders decisions and errors into answers, once for
+//     every surface: a decision's tightest limit, its RateLimit,
+//     RateLimit-Policy and Retry-After headers, and the error table (each
+//     error code with its HTTP status and gRPC code). Imported by:
+//     envoyrls, httplimit, server.
 //   - internal/keyesc escapes descriptor values into store keys (%XX).
 //     Imported by: envoyrls, gate, policy, store/redisstore.
 //   - internal/ratelog rate-limits repeated log records, counting the ones
