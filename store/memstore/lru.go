@@ -27,7 +27,8 @@ type clockHand = atomic.Uint64
 // until it evicts a bucket or window: the hand passes the entries of
 // shard 0 in index order, then shard 1's, and so on to shard 63's and
 // round again. A key it passes has its use mark cleared when set (it was
-// used, or created, since the hand last passed it), else it is evicted:
+// used since the hand last passed it; a new key starts unmarked), else it
+// is evicted:
 // an idle eviction when it is idle at d (makeRoom evicted the idle keys
 // it could find first), else an LRU one (it had state, which its next
 // request starts without). So a key used since the hand last passed it

@@ -16,8 +16,9 @@
 // A request that needs a new key while N are held first evicts idle keys,
 // from any shard; when none is idle it evicts a bucket or window chosen by
 // a CLOCK hand (approximately least recently used; see evictLRU: a key
-// used since the hand last passed it — a use is its creation, any request
-// that found it, admitted or refused, or an adjustment — is not evicted
+// used since the hand last passed it — a use is any request that found
+// it, admitted or refused, or an adjustment; a new key starts unmarked, so
+// a flood of one-request keys evicts its own keys first — is not evicted
 // before the hand has passed every other key held once more), one per new
 // key it needs, so a flood of new keys never locks out new keys nor keys
 // in use. A request refused by any

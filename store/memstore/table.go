@@ -101,7 +101,9 @@ func (t *table) insert(h uint64, key string, e entry) *tentry {
 			t.marks = append(t.marks, make([]uint64, chunkSize/64)...)
 		}
 	}
-	t.marks[i>>6] |= 1 << (i & 63) // a new key counts as used
+	// A new key is not marked: one used once is evicted before any used
+	// again since the hand last passed it (a flood of one-request keys
+	// evicts its own keys first).
 	te := t.at(i)
 	te.key, te.entry = key, e
 	t.place(h, i)
