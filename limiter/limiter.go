@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/ratelog"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -63,6 +64,8 @@ type Limiter struct {
 	keys      KeyObserver
 	shadowAll bool
 	compiled  atomic.Pointer[compiled]
+	ovr       *overrides.Set // the overrides applied (SetOverrides); guarded by mu
+	mu        sync.Mutex     // serializes SetPolicy and SetOverrides
 	logs      *ratelog.Budget
 	m         metrics
 	bufs      sync.Pool // *scratch, for Check
@@ -82,6 +85,13 @@ type compiled struct {
 	// per limit: whether it is in shadow mode; and whether any is
 	shadow    []bool
 	anyShadow bool
+	// per limit: its overrides (nil without a Set), and the counters of
+	// sluice_override_decisions_total by result (overrideResults)
+	ix      []*overrides.Index
+	ovCount [][numOverrideResults]prometheus.Counter
+	// converts: the store converts a key's state between specs
+	// (store.SpecConverter), so an override's spec shares the policy's key
+	converts bool
 }
 
 type metrics struct {
@@ -95,6 +105,7 @@ type metrics struct {
 	near      *prometheus.CounterVec // admitted with less than a fifth left, per limit
 	capacity  *prometheus.GaugeVec   // the configured capacities
 	refill    *prometheus.GaugeVec   // and refills
+	overrides *prometheus.CounterVec // decisions an override applied to, per limit and result
 }
 
 // NearLimitShare is the share of its capacity below which an admitted
@@ -150,13 +161,16 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		refill: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_limit_refill_per_second", Help: "A token-bucket limit's configured refill per second (0 for other kinds).",
 		}, []string{"limit"}),
+		overrides: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_override_decisions_total", Help: "Decisions an override applied to, per limit and result (admitted/rejected/shadow_rejected/denied).",
+		}, []string{"limit", "result"}),
 	}
 	if err := l.SetPolicy(p); err != nil {
 		return nil, err
 	}
 	if l.reg != nil {
 		cs := []prometheus.Collector{l.m.decisions, l.m.latency, l.m.errors, l.m.waits, l.m.waitSecs, l.m.lateness, l.m.pauses,
-			l.m.near, l.m.capacity, l.m.refill}
+			l.m.near, l.m.capacity, l.m.refill, l.m.overrides}
 		if sr, ok := s.(store.StatsReporter); ok {
 			cs = append(cs,
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys", Help: "Keys held by the store."},
@@ -174,7 +188,11 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 
 // SetPolicy replaces the policy at once. Buckets of limits whose name and
 // parameters are unchanged keep their state (their keys do not change).
+// The overrides in force (SetOverrides) apply to the new policy's limits
+// by name.
 func (l *Limiter) SetPolicy(p *policy.Policy) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	c := &compiled{p: p, specs: make([]*store.Spec, len(p.Limits)), prefix: make([]string, len(p.Limits)),
 		counters: make([][3][2]prometheus.Counter, len(p.Limits)),
 		status:   make([]LimitStatus, len(p.Limits)), conc: make([]bool, len(p.Limits)), shadow: make([]bool, len(p.Limits)),
@@ -206,6 +224,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		}
 		c.conc[i] = c.specs[i].HoldsSlots()
 	}
+	l.withOverrides(c)
 	l.compiled.Store(c)
 	return nil
 }

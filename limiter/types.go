@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -88,17 +89,37 @@ type LimitStatus struct {
 	// (the longest a slot stays taken), a quota's nominal period
 	// (policy.Limit.Span); 0 for token buckets.
 	Window time.Duration `json:"-"`
+	// Denied marks a refusal by an override with deny: true (Allowed is
+	// false whatever the limit's state; retrying is useless).
+	Denied bool `json:"denied,omitempty"`
+	// Override is the override that decided this limit for the request
+	// (nil: the policy's limit did); JSON shows it as "override":
+	// {"match": ...}. Capacity, RefillPerSecond, Window and Period are the
+	// limit in force under it.
+	Override *overrides.Rule `json:"-"`
+}
+
+// overrideJSON is how a status shows its override.
+type overrideJSON struct {
+	Match json.RawMessage `json:"match"`
 }
 
 // MarshalJSON writes the status with retry_after_ms and reset_after_ms
 // (rounded up to the millisecond).
+// An overridden limit's status adds "override": {"match": {...}} (its
+// match as overrides.CanonicalMatch writes it).
 func (s LimitStatus) MarshalJSON() ([]byte, error) {
 	type plain LimitStatus
+	var o *overrideJSON
+	if s.Override != nil {
+		o = &overrideJSON{Match: json.RawMessage(s.Override.CanonicalMatch())}
+	}
 	return json.Marshal(struct {
 		plain
-		RetryAfterMS int64 `json:"retry_after_ms"`
-		ResetAfterMS int64 `json:"reset_after_ms"`
-	}{plain(s), CeilMS(s.RetryAfter), CeilMS(s.ResetAfter)})
+		RetryAfterMS int64         `json:"retry_after_ms"`
+		ResetAfterMS int64         `json:"reset_after_ms"`
+		Override     *overrideJSON `json:"override,omitempty"`
+	}{plain(s), CeilMS(s.RetryAfter), CeilMS(s.ResetAfter), o})
 }
 
 // CeilMS rounds d up to whole milliseconds.

@@ -64,6 +64,14 @@ type Item struct {
 	// store), Take admits it and sets each item's Wait; items of other
 	// kinds must admit now. All items or none, as ever.
 	MaxWait time.Duration
+	// Base, when set, is the spec the key's state is kept under when
+	// Spec is a change of it (a per-key override of a limit's
+	// parameters): a SpecConverter converts the state from the spec that
+	// wrote it to Spec by the SetLimit rule before deciding (no credit
+	// created, tokens above a smaller capacity dropped, debt kept), so
+	// that a change of parameters never hands out a burst. Nil: Spec is
+	// the key's usual spec.
+	Base *Spec
 	// Wait is set by Take on an admitted request: how long after Take
 	// returns this item's cost is available (0 when it is now). A store
 	// counts it from a moment no later than Take's return, so that acting
@@ -85,6 +93,7 @@ type Item struct {
 type Adjustment struct {
 	Key          string
 	Spec         *Spec
+	Base         *Spec // as Item.Base
 	Delta        int64
 	RefundBefore int64
 	// Pause, when positive, is a pause instead of a correction (Delta is
@@ -162,6 +171,20 @@ type Store interface {
 	Adjust(ctx context.Context, adj []Adjustment) error
 	// Close releases the store's resources.
 	Close() error
+}
+
+// SpecConverter is implemented by stores that know, for each key, the
+// spec its state was written under, and convert the state when an item
+// (or adjustment) comes with another spec of the same kind: a token
+// bucket keeps its tokens (bucket.Params.Convert: no credit created,
+// tokens above a smaller capacity dropped, debt kept) and refills at the
+// new rate; a window or quota keeps its counts against the new limit
+// (a window of another length starts anew). ConvertsSpecs reports whether
+// the store does (a wrapper answers for the store it wraps). A caller
+// may then decide one key under several specs (Item.Base); on other
+// stores it keeps a spec with another StateTag under a key of its own.
+type SpecConverter interface {
+	ConvertsSpecs() bool
 }
 
 // Renewer is implemented by stores whose in-flight leases can be kept
