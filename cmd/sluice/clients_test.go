@@ -70,7 +70,7 @@ func needClients(t *testing.T) {
 	t.Helper()
 	python3, node = testbin.Need(t, testbin.Python3), testbin.Need(t, testbin.Node)
 	if _, err := os.Stat(filepath.Join("..", "..", "clients", "typescript", "dist", "index.js")); err != nil {
-		testbin.Missing(t, "the TypeScript client built (clients/typescript/dist)", "run `npm ci && npm run build` in clients/typescript")
+		testbin.Missing(t, "the TypeScript client built (clients/typescript/dist)", "build it (`npm ci && npm run build` in clients/typescript)")
 	}
 }
 

@@ -26,17 +26,17 @@ import (
 type Program struct {
 	Names   []string // tried in order on PATH; the first names it in messages
 	Env     string   // a variable holding the program's path, tried first ("" for none)
-	Install string   // how to get it, for the messages
+	Install string   // how to get it, as the messages say it
 }
 
 // The programs the tests run.
 var (
 	RedisServer = Program{Names: []string{"redis-server"}, Install: "apt-get install redis-server"}
 	RedisCLI    = Program{Names: []string{"redis-cli"}, Install: "apt-get install redis-tools"}
-	Nginx       = Program{Names: []string{"nginx"}, Install: "apt-get install nginx, with /usr/sbin on PATH"}
+	Nginx       = Program{Names: []string{"nginx"}, Install: "apt-get install nginx (and /usr/sbin on PATH)"}
 	Chromium    = Program{Names: []string{"chromium", "chromium-browser", "google-chrome"}, Install: "apt-get install chromium"}
-	Caddy       = Program{Names: []string{"caddy"}, Env: "SLUICE_CADDY", Install: "SLUICE_CADDY=$(tools/caddy/build.sh)"}
-	Traefik     = Program{Names: []string{"traefik"}, Env: "SLUICE_TRAEFIK", Install: "SLUICE_TRAEFIK=$(tools/traefik/build.sh)"}
+	Caddy       = Program{Names: []string{"caddy"}, Env: "SLUICE_CADDY", Install: "set SLUICE_CADDY=$(tools/caddy/build.sh)"}
+	Traefik     = Program{Names: []string{"traefik"}, Env: "SLUICE_TRAEFIK", Install: "set SLUICE_TRAEFIK=$(tools/traefik/build.sh)"}
 	Python3     = Program{Names: []string{"python3"}, Install: "apt-get install python3"}
 	Node        = Program{Names: []string{"node"}, Install: "apt-get install nodejs"}
 )
@@ -73,17 +73,18 @@ func Need(t testing.TB, p Program) string {
 	t.Helper()
 	path, err := p.Look()
 	if err != nil {
-		Missing(t, p.Name()+" ("+err.Error()+")", "install it ("+p.Install+")")
+		Missing(t, p.Name()+" ("+err.Error()+")", p.Install)
 	}
 	return path
 }
 
 // Missing ends t for something it needs and lacks (what), saying how to get
-// it: skipped in -short mode, failed otherwise. For a program use Need.
+// it (how, an imperative: "apt-get install nginx"): skipped in -short mode,
+// failed otherwise. For a program use Need.
 func Missing(t testing.TB, what, how string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skipf("needs %s: run ./scripts/test.sh, or %s and run without -short", what, how)
 	}
-	t.Fatalf("needs %s: %s, or run ./scripts/test.sh (which installs everything); go test -short skips the tests that need it", what, how)
+	t.Fatalf("needs %s: %s, or run ./scripts/test.sh, which installs everything (go test -short skips the tests that need it)", what, how)
 }
