@@ -59,7 +59,7 @@ func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 }
 
 // topFields are the fields of the top-level mapping.
-var topFields = []string{"limits", "costs", "redact", "request_descriptors", "allow_unmatched"}
+var topFields = []string{"limits", "costs", "redact", "request_descriptors", "allow_unmatched", "overrides"}
 
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
@@ -78,6 +78,9 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 			p.Redact, redact = v.redact(f.val), f.val
 		case "request_descriptors":
 			request = f.val
+		case "overrides":
+			// Read and validated by the overrides package (FromPolicy),
+			// which sluice serve and sluice check call on every load.
 		case "allow_unmatched":
 			if f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!bool" {
 				p.AllowUnmatched = strings.EqualFold(f.val.Value, "true")

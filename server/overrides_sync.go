@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -35,8 +36,8 @@ func (s *Server) SyncOverridesNow(ctx context.Context) error {
 }
 
 // SyncOverrides calls SyncOverridesNow every period until ctx is done
-// (the first call after one period), logging the store's errors (at most
-// a few a second). An override set through another instance applies here
+// (the first call after one period), or until the store is closed,
+// logging the store's errors (at most a few a second). An override set through another instance applies here
 // within a period (and the store's answer time); one that expires stops
 // applying at its expiry exactly, whether or not it has been swept.
 func (s *Server) SyncOverrides(ctx context.Context, period time.Duration) {
@@ -48,7 +49,12 @@ func (s *Server) SyncOverrides(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C:
 		}
-		if err := s.SyncOverridesNow(ctx); err != nil && ctx.Err() == nil {
+		err := s.SyncOverridesNow(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, overrides.ErrClosed):
+			return // (the store closed: the service is stopping)
+		case ctx.Err() == nil:
 			s.syncLog.Log(slog.String("error", err.Error()))
 		}
 	}

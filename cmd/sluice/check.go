@@ -63,7 +63,15 @@ func (c checkCmd) Run(e *env) error {
 		}
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s: %s, %s, version %s: OK\n", path, plural(len(p.Limits), "limit"), plural(len(p.Costs), "cost rule"), p.Version)
+	ovs, err := readPolicyOverrides(p)
+	if err != nil {
+		return err
+	}
+	more := ""
+	if len(ovs) > 0 {
+		more = ", " + plural(len(ovs), "override")
+	}
+	fmt.Fprintf(e.stdout, "%s: %s, %s%s, version %s: OK\n", path, plural(len(p.Limits), "limit"), plural(len(p.Costs), "cost rule"), more, p.Version)
 	return nil
 }
 

@@ -68,6 +68,7 @@ type serveCmd struct {
 	ReadyRequiresStore bool          `help:"/readyz answers 503 whenever Redis cannot be reached (without it, 200 \"degraded\" unless a limit in force fails closed)."`
 	LogLevel           string        `default:"info" enum:"debug,info,warn,error" help:"Least severe log records written: debug, info, warn or error."`
 	LogFormat          string        `default:"json" enum:"json,text" help:"Log records on stderr: json (one object a line) or text (key=value)."`
+	overrideFlags      `embed:""`
 }
 
 // drainTimeout bounds the shutdown: in-flight requests and RPCs have this
@@ -87,6 +88,9 @@ func (c serveCmd) Validate() error {
 		return errors.New("--auth-listen serves forward-auth from a policy's request_descriptors: it needs --config, not --envoy-config")
 	}
 	if err := c.validateAuthTLS(); err != nil {
+		return err
+	}
+	if err := c.validateOverrides(); err != nil {
 		return err
 	}
 	for _, x := range []struct {
@@ -181,6 +185,9 @@ func (c serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if s.ov.adminToken, err = c.adminToken(); err != nil {
+		return err
+	}
 	tlsCfg, err := c.loadTLS()
 	if err != nil {
 		return err
@@ -201,6 +208,10 @@ func (c serveCmd) Run(e *env) error {
 			st.Close()
 		}
 	}()
+	if err := s.openOverrides(shared); err != nil {
+		return err
+	}
+	defer s.stopOverrides() // (after the servers have drained)
 	srv, err := s.newServer(st, shared, reg, token)
 	if err != nil {
 		return err
@@ -233,6 +244,7 @@ func (c serveCmd) Run(e *env) error {
 
 	started = true
 	run, grpcAddr := s.start(st, srv.Handler(), ln, gln, tlsCfg)
+	s.startOverrideSync(srv)
 	authAddr := ""
 	if aln != nil {
 		authAddr = aln.Addr().String()
@@ -310,6 +322,7 @@ type service struct {
 	reloads, reloadErrors prometheus.Counter
 	lastReload            atomic.Pointer[reloadInfo]
 	reg                   *prometheus.Registry // /metrics's
+	ov                    overrideState        // policy mode's overrides
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -318,6 +331,9 @@ func (s *service) loadConfig() error {
 	if c.Config != "" {
 		p, err := policy.Load(c.Config)
 		if err != nil {
+			return err
+		}
+		if s.ov.fromPolicy, err = readPolicyOverrides(p); err != nil {
 			return err
 		}
 		s.p, s.last = p, p.Source
@@ -393,6 +409,7 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 		cfg.StoreMode = c.OnStoreError
 	}
 	cfg.Status = s.status(st, shared)
+	s.overrideConfig(&cfg)
 	if s.p == nil {
 		cfg.EnvoyPolicy = func() any {
 			es := s.envoy.Load()

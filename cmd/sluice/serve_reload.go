@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -43,6 +44,10 @@ func (s *service) reload(why string) {
 	}
 	s.last = src
 	np, err := policy.Parse(src)
+	var fromPolicy []overrides.Override
+	if err == nil {
+		fromPolicy, err = readPolicyOverrides(np)
+	}
 	if err == nil {
 		err = s.lim.SetPolicy(np)
 	}
@@ -53,6 +58,7 @@ func (s *service) reload(why string) {
 			"policy_version", s.lim.Policy().Version)
 		return
 	}
+	s.reloadOverrides(np, fromPolicy)
 	s.reloads.Inc()
 	s.noteReload(nil)
 	s.log.Info("policy reloaded", "reason", why, "policy_version", np.Version, "limits", len(np.Limits))
