@@ -519,17 +519,69 @@ func (c ovResolveCmd) Run(e *env, oc *overridesCmd) error {
 	if c.JSON {
 		return printJSON(e.stdout, b)
 	}
-	var a struct {
-		Override *ovWire `json:"override"`
-	}
+	var a resolveAnswer
 	if err := json.Unmarshal(b, &a); err != nil {
 		return fmt.Errorf("GET /v1/overrides/resolve: %w", err)
 	}
-	if a.Override == nil {
-		fmt.Fprintf(e.stdout, "%s %s: no override applies (the policy's limit)\n", c.Name, overrides.CanonicalMatch(m))
-		return nil
-	}
-	fmt.Fprintf(e.stdout, "%s %s: the override below applies\n", c.Name, overrides.CanonicalMatch(m))
-	a.Override.render(e.stdout)
+	a.render(e.stdout, c.Name, m)
 	return nil
+}
+
+// resolveAnswer is GET /v1/overrides/resolve's answer.
+type resolveAnswer struct {
+	Source    string  `json:"source"` // override, policy_limit or none
+	Override  *ovWire `json:"override"`
+	Effective struct {
+		Key             string   `json:"key"`
+		Algorithm       string   `json:"algorithm"`
+		Capacity        int64    `json:"capacity"`
+		RefillPerSecond *float64 `json:"refill_per_second"`
+		Window          string   `json:"window"`
+		Shadow          bool     `json:"shadow"`
+		Unlimited       bool     `json:"unlimited"`
+		Deny            bool     `json:"deny"`
+		BlockFor        string   `json:"block_for"`
+	} `json:"effective"`
+}
+
+// render writes what applies to a request of limit name with descriptors
+// d, and the limit in force.
+func (a *resolveAnswer) render(w io.Writer, name string, d map[string]string) {
+	req := name + " " + overrides.CanonicalMatch(d)
+	switch a.Source {
+	case "none":
+		fmt.Fprintf(w, "%s: the limit does not apply to these descriptors (its key is %s)\n", req, a.Effective.Key)
+		return
+	case "override":
+		if a.Override != nil {
+			fmt.Fprintf(w, "%s: the override %s applies\n", req, overrides.CanonicalMatch(a.Override.Match))
+			break
+		}
+		fallthrough
+	default:
+		fmt.Fprintf(w, "%s: no override matches: the policy's limit applies\n", req)
+	}
+	f := a.Effective
+	t := []string{f.Algorithm, fmt.Sprintf("capacity=%d", f.Capacity)}
+	if f.RefillPerSecond != nil {
+		t = append(t, fmt.Sprintf("refill_per_second=%v", *f.RefillPerSecond))
+	}
+	if f.Window != "" {
+		t = append(t, "window="+f.Window)
+	}
+	for _, b := range []struct {
+		on   bool
+		name string
+	}{{f.Unlimited, "unlimited"}, {f.Deny, "deny"}, {f.Shadow, "shadow"}} {
+		if b.on {
+			t = append(t, b.name)
+		}
+	}
+	if f.BlockFor != "" {
+		t = append(t, "block_for="+f.BlockFor)
+	}
+	fmt.Fprintf(w, "  in force: %s\n", strings.Join(t, " "))
+	if a.Source == "override" && a.Override != nil {
+		a.Override.render(w)
+	}
 }
