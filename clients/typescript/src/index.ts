@@ -12,10 +12,15 @@ import {
   BadRequestError, CostExceedsCapacityError, NoLimitAppliesError, RateLimitedError, ServiceUnavailableError, SluiceError, UnauthorizedError,
 } from "./errors.js";
 import { parseProviderLimits, retryHint, type HeadersLike } from "./headers.js";
+import {
+  MAX_PAGE, listPath, matchOf, overrideOf, pageOf, resolutionOf, resolvePath, sameMatch, setBody,
+  type ListOverridesOptions, type Override, type OverrideFields, type OverridePage, type Resolution,
+} from "./overrides.js";
 
 export * from "./errors.js";
 export { parseProviderLimits, retryHint, parseRetryAfter, parseRateLimitField, MAX_PROVIDER_RESET } from "./headers.js";
 export type { ProviderLimit, HeadersLike } from "./headers.js";
+export type { Override, OverrideFields, ListOverridesOptions, OverridePage, Resolution, EffectiveLimit, Duration } from "./overrides.js";
 
 /** Descriptor names to values, e.g. `{ api_key: "k1" }`. */
 export type Descriptors = Record<string, string>;
@@ -223,16 +228,20 @@ export class Client {
     this.timeout = timeout;
   }
 
-  private async post(path: string, body: unknown, wait = 0, ok: number[] = [200]): Promise<any> {
+  private post(path: string, body: unknown, wait = 0, ok: number[] = [200]): Promise<any> {
+    return this.request("POST", path, body, wait, ok);
+  }
+
+  private async request(method: string, path: string, body: unknown, wait = 0, ok: number[] = [200]): Promise<any> {
     const ctl = new AbortController();
     const limit = this.timeout + wait;
     const timer = setTimeout(() => ctl.abort(), limit * 1000);
     let status: number;
     let raw: string;
     try {
-      const headers: Record<string, string> = { "Content-Type": "application/json" };
+      const headers: Record<string, string> = body === undefined ? {} : { "Content-Type": "application/json" };
       if (this.token) headers.Authorization = `Bearer ${this.token}`;
-      const res = await fetch(this.url + path, { method: "POST", headers, body: JSON.stringify(body), signal: ctl.signal });
+      const res = await fetch(this.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: ctl.signal });
       status = res.status;
       raw = await res.text();
     } catch (e) {
@@ -354,5 +363,46 @@ export class Client {
     if (!d) throw new TypeError("reportResponse: no descriptors (pass descriptors, or acquire first)");
     await this.pause({ descriptors: d, retryAfter: wait, limits: o.limits });
     return wait;
+  }
+  /**
+   * Create or replace the override of limit `name` for the requests matching `match` (`{}`: every request the limit applies
+   * to), and resolve to it as stored. Only the fields given are sent; the others are the policy's (see OverrideFields).
+   */
+  async setOverride(name: string, match: Record<string, string>, fields: OverrideFields = {}): Promise<Override> {
+    return overrideOf(await this.request("PUT", "/v1/overrides", setBody(name, match, fields)));
+  }
+
+  /** Delete the override of limit `name` whose match is exactly `match`, resolving to it as it was (only its name and match when the answering instance had not synced it yet); throws BadRequestError (code `not_found`, 404) when there is none. */
+  async deleteOverride(name: string, match: Record<string, string>): Promise<Override> {
+    return overrideOf(await this.request("DELETE", "/v1/overrides", { name, match: matchOf(match) }));
+  }
+
+  /** One page of limit `name`'s overrides (see ListOverridesOptions), each with `matchedTotal` and `lastMatchedAt`. */
+  async listOverrides(name: string, o: ListOverridesOptions = {}): Promise<OverridePage> {
+    return pageOf(await this.request("GET", listPath(name, o), undefined));
+  }
+
+  /** Every override `listOverrides` would list, page after page. */
+  async *iterOverrides(name: string, o: Omit<ListOverridesOptions, "cursor"> = {}): AsyncGenerator<Override> {
+    let cursor: string | undefined;
+    do {
+      const page = await this.listOverrides(name, { ...o, cursor });
+      yield* page.overrides;
+      cursor = page.nextCursor;
+    } while (cursor);
+  }
+
+  /** The override of limit `name` whose match is exactly `match`, or undefined. */
+  async getOverride(name: string, match: Record<string, string>): Promise<Override | undefined> {
+    const want = matchOf(match);
+    for await (const o of this.iterOverrides(name, { match: want, n: MAX_PAGE })) {
+      if (sameMatch(o.match, want)) return o;
+    }
+    return undefined;
+  }
+
+  /** Which override of limit `name` applies now to a request with these descriptors (the most specific live one), or whether the policy's limit does; it counts no decision. */
+  async resolve(name: string, descriptors: Record<string, string>): Promise<Resolution> {
+    return resolutionOf(name, await this.request("GET", resolvePath(name, descriptors), undefined));
   }
 }
