@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-__all__ = ["Override", "OverridePage", "Resolution"]
+__all__ = ["Override", "OverridePage", "Resolution", "EffectiveLimit"]
 
 #: A duration: seconds (int or float), a ``timedelta``, or the service's
 #: own notation (``"10m"``, ``"1h30m"``, ``"7d"``).
@@ -78,12 +78,46 @@ class OverridePage:
 
 
 @dataclass(frozen=True)
+class EffectiveLimit:
+    """A limit as it is in force for a request: the policy limit's
+    parameters with an override's (as ``/v1/policy`` shows a limit).
+    ``window`` is seconds (None for kinds without one)."""
+
+    name: str
+    key: str
+    algorithm: str
+    capacity: int = 0
+    refill_per_second: Optional[float] = None
+    window: Optional[float] = None
+    shadow: bool = False
+    unlimited: bool = False
+    deny: bool = False
+    block_for: Optional[float] = None
+
+    @staticmethod
+    def _of(b: Mapping[str, Any]) -> "EffectiveLimit":
+        w, bf, r = b.get("window"), b.get("block_for"), b.get("refill_per_second")
+        return EffectiveLimit(name=str(b.get("name", "")), key=str(b.get("key", "")), algorithm=str(b.get("algorithm", "")),
+                              capacity=int(b.get("capacity") or 0), refill_per_second=None if r is None else float(r),
+                              window=_seconds_of(w) if w else None, shadow=bool(b.get("shadow")),
+                              unlimited=bool(b.get("unlimited")), deny=bool(b.get("deny")),
+                              block_for=_seconds_of(bf) if bf else None)
+
+
+@dataclass(frozen=True)
 class Resolution:
-    """Which override applies to a request of limit ``limit`` with these
-    descriptors: ``override``, or None when the policy's limit does."""
+    """What applies to a request of limit ``limit`` with ``descriptors``:
+    ``source`` is ``"override"`` (``override`` says which), ``"policy_limit"``
+    (no override matches: the policy's limit) or ``"none"`` (the limit does
+    not apply to these descriptors: ``applies`` False); ``effective`` is the
+    limit in force."""
 
     limit: str
+    source: str
+    applies: bool = False
+    descriptors: Dict[str, str] = field(default_factory=dict)
     override: Optional[Override] = None
+    effective: Optional[EffectiveLimit] = None
 
 
 # -- the wire ---------------------------------------------------------------
@@ -219,8 +253,11 @@ def _resolve_path(name: str, descriptors: Any) -> str:
 
 
 def _resolution_of(name: str, b: Mapping[str, Any]) -> Resolution:
-    o = b.get("override")
-    return Resolution(limit=str(b.get("limit") or name), override=Override._of(o) if isinstance(o, Mapping) else None)
+    o, e = b.get("override"), b.get("effective")
+    return Resolution(limit=str(b.get("limit") or name), source=str(b.get("source") or ""), applies=bool(b.get("applies")),
+                      descriptors={str(k): str(v) for k, v in (b.get("descriptors") or {}).items()},
+                      override=Override._of(o) if isinstance(o, Mapping) else None,
+                      effective=EffectiveLimit._of(e) if isinstance(e, Mapping) else None)
 
 
 # -- the methods ------------------------------------------------------------
@@ -255,11 +292,13 @@ class _Overrides:
         _, ans = self._call("PUT", "/v1/overrides", b)
         return Override._of(ans)
 
-    def delete_override(self, name: str, match: Mapping[str, str]) -> None:
+    def delete_override(self, name: str, match: Mapping[str, str]) -> Override:
         """Delete the override of limit ``name`` whose match is exactly
-        ``match``; raises ``BadRequest`` (code ``not_found``, 404) when there
-        is none."""
-        self._call("DELETE", "/v1/overrides", {"name": _name(name), "match": _match(match)})
+        ``match`` and return it as it was (only its name and match when the
+        answering instance had not synced it yet); raises ``BadRequest``
+        (code ``not_found``, 404) when there is none."""
+        _, ans = self._call("DELETE", "/v1/overrides", {"name": _name(name), "match": _match(match)})
+        return Override._of(ans)
 
     def list_overrides(self, name: str, match: Optional[Mapping[str, str]] = None, cursor: Optional[str] = None,
                        n: Optional[int] = None) -> OverridePage:
@@ -291,9 +330,9 @@ class _Overrides:
         return None
 
     def resolve(self, name: str, descriptors: Mapping[str, str]) -> Resolution:
-        """Which override of limit ``name`` applies to a request with these
-        descriptors (the most specific live one), or none: the policy's
-        limit."""
+        """Which override of limit ``name`` applies now to a request with
+        these descriptors (the most specific live one), or whether the
+        policy's limit does; it counts no decision."""
         _, ans = self._call("GET", _resolve_path(name, descriptors))
         return _resolution_of(name, ans)
 
@@ -317,9 +356,9 @@ class _AsyncOverrides:
                                refill=refill, limit=limit, window=window, max_in_flight=max_in_flight, unlimited=unlimited,
                                deny=deny, shadow=shadow, block_for=block_for, ttl_s=ttl_s, ttl=ttl, note=note)
 
-    async def delete_override(self, name: str, match: Mapping[str, str]) -> None:
+    async def delete_override(self, name: str, match: Mapping[str, str]) -> Override:
         """Client.delete_override."""
-        await self._run(self._c.delete_override, name, match)
+        return await self._run(self._c.delete_override, name, match)
 
     async def list_overrides(self, name: str, match: Optional[Mapping[str, str]] = None, cursor: Optional[str] = None,
                              n: Optional[int] = None) -> OverridePage:
