@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -435,15 +437,47 @@ func (x *Overrides) scan(ctx context.Context) (map[string]string, error) {
 }
 
 // answer decodes records by field ("" deleted) into a Changes at page p's
-// version.
+// version; many records are decoded on every CPU.
 func (x *Overrides) answer(p page, full bool, recs map[string]string) (overrides.Changes, error) {
 	v, err := version(p.epoch, p.counter)
 	if err != nil {
 		return overrides.Changes{}, x.s.fail("overrides", err)
 	}
+	fields := make([]string, 0, len(recs))
+	for f := range recs {
+		fields = append(fields, f)
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(fields)/decodeChunk+1)
+	parts := make([]overrides.Changes, workers)
+	var wg sync.WaitGroup
+	for w := range parts {
+		wg.Go(func() {
+			lo, hi := len(fields)*w/workers, len(fields)*(w+1)/workers
+			parts[w] = x.decode(fields[lo:hi], recs, full)
+		})
+	}
+	wg.Wait()
 	ch := overrides.Changes{Version: v, Full: full}
-	for f, rec := range recs {
-		if rec != "" {
+	if workers == 1 {
+		ch.Records, ch.Deleted = parts[0].Records, parts[0].Deleted
+		return ch, nil
+	}
+	for _, part := range parts {
+		ch.Records = append(ch.Records, part.Records...)
+		ch.Deleted = append(ch.Deleted, part.Deleted...)
+	}
+	return ch, nil
+}
+
+// decodeChunk is the fewest records a decoding goroutine is given.
+const decodeChunk = 2000
+
+// decode decodes the records of fields: a record that does not decode,
+// or not to its field's key, is skipped (counted; in an incremental
+// answer, reported deleted).
+func (x *Overrides) decode(fields []string, recs map[string]string, full bool) (ch overrides.Changes) {
+	for _, f := range fields {
+		if rec := recs[f]; rec != "" {
 			var o overrides.Override
 			if err := json.Unmarshal([]byte(rec), &o); err == nil && o.Key() == keyOfField(f) {
 				ch.Records = append(ch.Records, o)
@@ -456,5 +490,5 @@ func (x *Overrides) answer(p page, full bool, recs map[string]string) (overrides
 		}
 		ch.Deleted = append(ch.Deleted, keyOfField(f))
 	}
-	return ch, nil
+	return ch
 }

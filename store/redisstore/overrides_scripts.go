@@ -21,7 +21,10 @@ import "github.com/redis/rueidis"
 //
 // A record expires at its expiry exactly: the first script that runs at
 // or after it deletes it as a change of its own (logged, so that every
-// instance hears of it).
+// instance hears of it). At maxmemory (noeviction) Redis refuses a
+// script's first write that may grow memory: expiries then wait (Changes
+// still answers, read-only), Put is refused (OOM) with nothing written,
+// and Delete still deletes (its first write, HDEL, frees memory).
 const overridesLib = `
 local function now_ms(arg)
   if arg ~= '' then return tonumber(arg) end
@@ -29,13 +32,22 @@ local function now_ms(arg)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- bump counts n changes and returns the counter of the first; a store
--- without an epoch takes cand (and starts a new log).
-local function bump(n, cand)
-  if redis.call('HSETNX', KEYS[1], 'e', cand) == 1 then
+-- without an epoch takes cand (and starts a new log). Soft, it is the
+-- script's first write and returns nil when Redis refuses it (OOM: at
+-- maxmemory a script's first write that may grow memory is refused, and
+-- nothing is written).
+local function bump(n, cand, soft)
+  local call = redis.call
+  if soft then call = redis.pcall end
+  local new = call('HSETNX', KEYS[1], 'e', cand)
+  if type(new) == 'table' then return nil end
+  if new == 1 then
     redis.call('HDEL', KEYS[1], 'v', 'f')
     redis.call('DEL', KEYS[4])
   end
-  return redis.call('HINCRBY', KEYS[1], 'v', n) - n + 1
+  local v = call('HINCRBY', KEYS[1], 'v', n)
+  if type(v) == 'table' then return nil end
+  return v - n + 1
 end
 local function trim(size)
   local over = redis.call('ZCARD', KEYS[4]) - size
@@ -47,8 +59,9 @@ end
 local function expire(now, cand, size)
   local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
   if #due == 0 then return end
+  local v = bump(#due, cand, true)
+  if not v then return end -- at maxmemory: expired records stay until memory is freed
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  local v = bump(#due, cand)
   for i, f in ipairs(due) do
     redis.call('HDEL', KEYS[2], f)
     redis.call('ZADD', KEYS[4], v + i - 1, f)

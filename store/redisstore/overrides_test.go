@@ -1,3 +1,7 @@
+// Tests of the overrides store on a real Redis and Redis Cluster: the
+// conformance suite, instances sharing it, resets, the log, expiry, the
+// cost of polling, maxmemory, and the figures of the docs.
+
 package redisstore_test
 
 import (
@@ -12,6 +16,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/overrides/overridetest"
 	"github.com/sluicehq/sluice/policy"
@@ -146,7 +151,12 @@ func TestOverridesTwoInstances(t *testing.T) {
 // FLUSHALL, then new writes: an instance's since (of the store before)
 // gets a Full answer, even once the new store's counter has passed it.
 func TestOverridesVersionReset(t *testing.T) {
-	st := openPrefix(t, prefix())
+	r := startRedis(t) // (a server of its own: FLUSHALL)
+	st, err := redisstore.Open("redis://"+r.Addr, redisstore.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	x := st.Overrides(redisstore.OverridesOptions{})
 	for i := range 3 {
 		putRecord(t, x, fmt.Sprint("old", i), 0)
@@ -351,45 +361,73 @@ func TestOverridesErrors(t *testing.T) {
 	}
 }
 
-// The figures of docs: a Changes round trip with nothing changed, and
-// Redis memory per override (run with -v).
+// The figures of the docs (run with -v): a Changes round trip with
+// nothing changed and with one change, on one Redis and on the cluster; a
+// Full read; Redis memory per override (MEMORY USAGE of each key over the
+// count), with a TTL on half of them and the log full.
 func TestOverridesFigures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures")
 	}
-	st := openPrefix(t, prefix())
-	x := st.Overrides(redisstore.OverridesOptions{})
-	const n = 10000
-	c := st.Client()
-	cmds := make(rueidis.Commands, 0, n)
-	for i := range n {
-		o := overridetest.Record("tenant_api", fmt.Sprintf("tenant-%06d", i), 500, 0)
-		o.Note = "trial"
-		cmds = append(cmds, c.B().Hset().Key(x.Keys()[1]).FieldValue().FieldValue(redisstore.OverridesField(o.Key()), mustJSON(t, o)).Build())
+	const n = 20000
+	for _, where := range []string{"redis", "cluster"} {
+		t.Run(where, func(t *testing.T) {
+			var st *redisstore.Store
+			if where == "redis" {
+				st = openPrefix(t, prefix())
+			} else {
+				st = openClusterPrefix(t, prefix())
+			}
+			x := st.Overrides(redisstore.OverridesOptions{})
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					for i := w; i < n; i += 8 {
+						o := overridetest.Record("tenant_api", fmt.Sprintf("tenant-%06d", i), 500, int64(i%2)*86400)
+						o.Note = "trial"
+						if _, err := x.Put(ctx, o); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			start := time.Now()
+			full := changes(t, x, 0)
+			fullTook := time.Since(start)
+			if len(full.Records) != n {
+				t.Fatalf("Full: %d records", len(full.Records))
+			}
+			const polls = 2000
+			start = time.Now()
+			for range polls {
+				changes(t, x, full.Version)
+			}
+			idle := time.Since(start) / polls
+			start = time.Now()
+			v := full.Version
+			for i := range polls / 10 {
+				putRecord(t, x, fmt.Sprint("p", i), 0)
+				v = changes(t, x, v).Version
+			}
+			one := time.Since(start) / (polls / 10)
+			c := st.Client()
+			var mem []int64
+			for _, k := range x.Keys() {
+				m, err := c.Do(ctx, c.B().MemoryUsage().Key(k).Samples(0).Build()).AsInt64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				mem = append(mem, m)
+			}
+			rec := mustJSON(t, full.Records[0])
+			t.Logf("%s: Changes with nothing changed %v a call; a Put then a Changes of it %v; a Full read of %d records %v (%v a record)",
+				where, idle, one, n, fullTook, fullTook/n)
+			t.Logf("%s: a record of %d bytes of JSON; memory per override: records %d bytes, expiries %d (half have a TTL), log %d (%d entries); meta %d bytes",
+				where, len(rec), mem[1]/n, mem[2]/n, mem[3]/n, n+polls/10, mem[0])
+		})
 	}
-	for _, r := range c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	putRecord(t, x, "last", 0)
-	start := time.Now()
-	full := changes(t, x, 0)
-	fullTook := time.Since(start)
-	if len(full.Records) != n+1 {
-		t.Fatalf("Full: %d records", len(full.Records))
-	}
-	const polls = 2000
-	start = time.Now()
-	for range polls {
-		changes(t, x, full.Version)
-	}
-	poll := time.Since(start) / polls
-	mem, err := c.Do(ctx, c.B().MemoryUsage().Key(x.Keys()[1]).Samples(0).Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Changes with nothing changed: %v a call; a Full read of %d records: %v; records hash: %d bytes, %d a record", poll, n+1, fullTook, mem, mem/(n+1))
 }
 
 func mustJSON(t *testing.T, o overrides.Override) string {
@@ -455,4 +493,49 @@ func total(d map[string]int64) int64 {
 		n += v
 	}
 	return n
+}
+
+// At maxmemory (noeviction) instances keep polling: Changes answers
+// (expiries wait, read-only), Put is refused as OOM with nothing written,
+// Delete still deletes; once memory is freed the expiry is reported.
+func TestOverridesAtMaxmemory(t *testing.T) {
+	r := startRedis(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	st, err := redisstore.Open("redis://"+r.Addr, redisstore.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	x := st.Overrides(redisstore.OverridesOptions{})
+	short := overridetest.Record("l", "short", 1, 0)
+	short.ExpiresAt = time.Now().Add(300 * time.Millisecond).UTC().Truncate(time.Millisecond)
+	if _, err := x.Put(ctx, short); err != nil {
+		t.Fatal(err)
+	}
+	putRecord(t, x, "kept", 0)
+	putRecord(t, x, "gone", 0)
+	v := changes(t, x, 0).Version
+	fillToOOM(t, r.Addr)
+	time.Sleep(time.Until(short.ExpiresAt) + 50*time.Millisecond)
+	if ch := changes(t, x, v); ch.Full || len(ch.Records)+len(ch.Deleted) != 0 {
+		t.Fatalf("at OOM Changes(%d) = %+v, want nothing yet", v, ch)
+	}
+	_, err = x.Put(ctx, overridetest.Record("l", "new", 1, 0))
+	wantClass(t, "Put at OOM", err, redisstore.ClassOOM)
+	if err := x.Delete(ctx, "l", map[string]string{"tenant": "gone"}); err != nil {
+		t.Fatalf("Delete at OOM: %v", err)
+	}
+	ch := changes(t, x, v)
+	if len(ch.Deleted) != 1 || ch.Deleted[0] != overrides.KeyOf("l", map[string]string{"tenant": "gone"}) {
+		t.Fatalf("at OOM after a Delete: %+v", ch)
+	}
+	if _, err := redistest.Do(r.Addr, "CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	ch = changes(t, x, ch.Version)
+	if len(ch.Deleted) != 1 || ch.Deleted[0] != short.Key() {
+		t.Fatalf("memory freed: %+v, want the expiry", ch)
+	}
+	if full := changes(t, x, 0); len(full.Records) != 1 {
+		t.Fatalf("Full: %+v", full)
+	}
 }
