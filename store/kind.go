@@ -181,6 +181,12 @@ func orList(names []string) string {
 // limits; false for a value that is no Kind constant.
 func (k Kind) HoldsSlots() bool { return k < numKinds && kinds[k].slots }
 
+// Blockable reports whether limits of kind k can have a BlockFor (a
+// penalty box): every kind but those that hold slots, whose refusals end
+// as soon as a slot is released (Concurrency). False for a value that is
+// no Kind constant.
+func (k Kind) Blockable() bool { return k < numKinds && !kinds[k].slots }
+
 // Pausable reports whether limits of kind k can be paused and given a
 // ceiling (Adjustment.Pause and Lower, Spec.Pause and Lower, a limiter's
 // Pause): token buckets. An adjustment of either kind on other kinds
@@ -236,6 +242,11 @@ type Limit struct {
 	LeaseTTL    time.Duration
 	// Quota is a calendar quota's limit per period in a zone.
 	Quota quota.Limit
+	// BlockFor, when positive, is the limit's penalty box (policy
+	// block_for): a key it refuses stays refused this long from the
+	// refusal (Spec.Penalize). Only for Blockable kinds, at most
+	// MaxBlockFor.
+	BlockFor time.Duration
 }
 
 // Shape is a limit's terms as they are shown (a policy listing, a
@@ -339,6 +350,10 @@ type Spec struct {
 	// this limit when its backend is unreachable: FailOpen, FailClosed or
 	// Local; empty means the store's default.
 	OnStoreError string
+	// BlockFor is the limit's penalty box (Limit.BlockFor; 0: none). Every
+	// store applies it by Spec.Penalize and keeps a key's block with its
+	// state.
+	BlockFor time.Duration
 }
 
 // NewSpec validates and compiles l; the error matches
@@ -347,7 +362,14 @@ func NewSpec(l Limit) (*Spec, error) {
 	if l.Kind >= numKinds {
 		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "unknown kind %d", l.Kind)
 	}
-	return kinds[l.Kind].alg.compile(l)
+	if err := checkBlockFor(l.Kind, l.BlockFor); err != nil {
+		return nil, err
+	}
+	sp, err := kinds[l.Kind].alg.compile(l)
+	if err == nil {
+		sp.BlockFor = l.BlockFor
+	}
+	return sp, err
 }
 
 // Now is a decision's time as a store reads it: Mono is ns on the store's

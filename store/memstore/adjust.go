@@ -66,6 +66,7 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64,
 		}
 	}
 	adjustEntry(a, &e.entry, exists, d, wall)
+	shd.m.holdIdle(e) // (a block outlives any correction)
 	if e.idle < shd.low {
 		shd.noteIdle(e.idle) // (a refund makes a key idle sooner)
 	}

@@ -353,6 +353,9 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 				cur = e.entry
 			}
 			m.next[i], it.Decision, it.Wait = decide(*it, cur, e != nil, d, s.wall(wall, d))
+			if it.Spec.BlockFor > 0 {
+				it.Decision = penalize(shd, e, it, it.Decision, d, s.wall(wall, d))
+			}
 			isNew = e == nil
 		}
 		if !it.Decision.Allowed {
@@ -423,6 +426,7 @@ func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borro
 		}
 		if e != nil {
 			e.entry = m.next[i] // in place: no second map operation
+			shd.m.holdIdle(e)
 		} else if it.Cost > 0 { // a peek creates nothing
 			if e = s.insert(shd, m.hashes[i], it.Key, m.next[i], borrowed); e != nil {
 				m.rm.held--
@@ -475,6 +479,9 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		return store.Result{}, errNoRoom
 	}
 	next, dec, wait := decide(*it, cur, e != nil, d, s.wall(wall, d))
+	if it.Spec.BlockFor > 0 {
+		dec = penalize(shd, e, it, dec, d, s.wall(wall, d))
+	}
 	it.Decision, it.Wait = dec, 0
 	res.Allowed = dec.Allowed
 	if dec.Allowed {
@@ -484,6 +491,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), dec.ResetAfter)
 		if e != nil {
 			e.entry = next // (a take makes no key idle sooner: see noteIdle)
+			shd.m.holdIdle(e)
 		} else if e = s.insert(shd, h, it.Key, next, borrowed); e != nil {
 			shd.noteIdle(next.idle)
 		} else {
@@ -491,6 +499,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		}
 	} else if e != nil && dec.Allowed {
 		e.entry = next // a peek brings the state forward (as Take with several items does)
+		shd.m.holdIdle(e)
 	} else if e == nil && it.Cost > 0 {
 		s.keys.Add(-1) // refused: the new key room1 counted is not created
 	}
@@ -553,6 +562,18 @@ func decide(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.D
 	}
 	st, dec, wait := it.Spec.Book(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost, it.MaxWait)
 	return entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}, dec, wait
+}
+
+// penalize is Spec.Penalize for item it on entry e (nil: a new key) of
+// locked shard shd at d: a block it starts is kept with the entry. (A
+// refusal always finds an entry: a new key admits any cost within its
+// capacity.)
+func penalize(shd *shard, e *tentry, it *store.Item, dec sluice.Decision, d, wall int64) sluice.Decision {
+	dec, until, start := it.Spec.Penalize(dec, shd.m.blockOf(e, d), store.Now{Mono: d, Wall: wall}, it.Cost)
+	if start && e != nil {
+		shd.m.setBlock(e, until)
+	}
+	return dec
 }
 
 // idleAt is d + wait, saturating: a bucket deep in debt reports waits near

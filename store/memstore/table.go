@@ -29,6 +29,12 @@ type table struct {
 	// get finds the entry or insert creates it, cleared by unmark (the
 	// CLOCK hand) and remove.
 	marks []uint64
+	// blocks holds the end of each penalty box a key has (Spec.Penalize:
+	// ns since t0), by entry; nil until a key is first blocked, so that
+	// keys without one cost nothing. A key blocked keeps its entry at
+	// least until its block ends (holdIdle); removing the entry forgets
+	// its block.
+	blocks map[*tentry]int64
 }
 
 // tentry is an entry with its key; key "" marks a free entry (store keys
@@ -148,6 +154,9 @@ func (t *table) remove(h uint64, i uint32) {
 			break
 		}
 	}
+	if len(t.blocks) > 0 {
+		delete(t.blocks, t.at(i))
+	}
 	*t.at(i) = tentry{}
 	t.marks[i>>6] &^= 1 << (i & 63)
 	t.free = append(t.free, i)
@@ -179,3 +188,37 @@ func (t *table) unmark(i uint32) bool {
 }
 
 func (t *table) hash(key string) uint64 { return maphash.String(t.seed, key) }
+
+// blockOf returns the end of e's block (0: none, nil e included),
+// forgetting a block that ended by d.
+func (t *table) blockOf(e *tentry, d int64) int64 {
+	if e == nil || len(t.blocks) == 0 {
+		return 0
+	}
+	u, ok := t.blocks[e]
+	if ok && u <= d {
+		delete(t.blocks, e)
+		return 0
+	}
+	return u
+}
+
+// setBlock records that e's block ends at until, and keeps the entry (not
+// idle) until then.
+func (t *table) setBlock(e *tentry, until int64) {
+	if t.blocks == nil {
+		t.blocks = map[*tentry]int64{}
+	}
+	t.blocks[e] = until
+	e.idle = max(e.idle, until)
+}
+
+// holdIdle keeps a blocked entry e from being idle before its block ends,
+// after a write of its idle time.
+func (t *table) holdIdle(e *tentry) {
+	if len(t.blocks) > 0 {
+		if u, ok := t.blocks[e]; ok {
+			e.idle = max(e.idle, u)
+		}
+	}
+}
