@@ -137,8 +137,15 @@ type Limit struct {
 }
 
 // StoreLimit is l's kind and the fields of that kind, as store.NewSpec
-// compiles them.
-func (l *Limit) StoreLimit() store.Limit { return l.Limit }
+// compiles them. A shadow limit's has no BlockFor: a shadow refusal blocks
+// no key (it refuses nothing).
+func (l *Limit) StoreLimit() store.Limit {
+	sl := l.Limit
+	if l.Shadow {
+		sl.BlockFor = 0
+	}
+	return sl
+}
 
 // Placeholders returns the descriptor names the key template uses.
 func (l *Limit) Placeholders() []string { return l.placeh }

@@ -166,7 +166,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}
 	s.decisions.Add(1)
 	for _, it := range items {
-		if !it.Spec.Kind.Leasable() || it.Cost == 0 {
+		if !it.Spec.Leasable() || it.Cost == 0 {
 			s.trips.Add(1)
 			return s.inner.Take(ctx, items)
 		}
