@@ -29,12 +29,38 @@ type kindDef struct {
 
 // kindDefs is indexed by Kind (a row for each of store.Kinds()); a Kind's
 // name is its String.
+// The kinds that are store.Kind.Blockable take block_for (blockable).
 var kindDefs = [...]kindDef{
-	TokenBucket:   {[]string{"capacity", "refill_per_second", "refill"}, parseTokenBucket},
-	SlidingWindow: {[]string{"limit", "window"}, parseWindow},
-	FixedWindow:   {[]string{"limit", "window"}, parseWindow},
+	TokenBucket:   {[]string{"capacity", "refill_per_second", "refill", blockField}, blockable(parseTokenBucket)},
+	SlidingWindow: {[]string{"limit", "window", blockField}, blockable(parseWindow)},
+	FixedWindow:   {[]string{"limit", "window", blockField}, blockable(parseWindow)},
 	Concurrency:   {[]string{"max_in_flight", "lease_ttl"}, parseConcurrency},
-	Quota:         {[]string{"limit", "period", "timezone"}, parseQuota},
+	Quota:         {[]string{"limit", "period", "timezone", blockField}, blockable(parseQuota)},
+}
+
+// blockField is the penalty box's field: a duration, once a key is
+// refused, during which it stays refused (store.Limit.BlockFor).
+const blockField = "block_for"
+
+// blockable is parse followed by block_for, when given: a positive
+// duration of at most store.MaxBlockFor.
+func blockable(parse func(f *limitFields, l *Limit)) func(f *limitFields, l *Limit) {
+	return func(f *limitFields, l *Limit) {
+		parse(f, l)
+		if !f.has(blockField) {
+			return
+		}
+		d, ok := f.duration(blockField)
+		switch {
+		case !ok:
+		case d <= 0:
+			f.bad(blockField, "%s %v must be positive (omit it for no penalty box)", blockField, d)
+		case d > store.MaxBlockFor:
+			f.bad(blockField, "%s %v is longer than the most, 100 days (2400h): deny the key instead (an override with deny: true)", blockField, d)
+		default:
+			l.BlockFor = d
+		}
+	}
 }
 
 // commonFields are the fields every kind of limit takes.
