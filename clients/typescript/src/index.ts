@@ -374,7 +374,7 @@ export class Client {
 
   /** Delete the override of limit `name` whose match is exactly `match`, resolving to it as it was (only its name and match when the answering instance had not synced it yet); throws BadRequestError (code `not_found`, 404) when there is none. */
   async deleteOverride(name: string, match: Record<string, string>): Promise<Override> {
-    return overrideOf(await this.request("DELETE", "/v1/overrides", { name, match: matchOf(match) }));
+    return overrideOf(await this.request("DELETE", "/v1/overrides", setBody(name, match)));
   }
 
   /** One page of limit `name`'s overrides (see ListOverridesOptions), each with `matchedTotal` and `lastMatchedAt`. */
