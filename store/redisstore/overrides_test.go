@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -537,5 +538,33 @@ func TestOverridesAtMaxmemory(t *testing.T) {
 	}
 	if full := changes(t, x, 0); len(full.Records) != 1 {
 		t.Fatalf("Full: %+v", full)
+	}
+}
+
+// A match whose descriptors are named like the record's times does not
+// confuse the store's splice of created_at.
+func TestOverridesMatchNamedLikeTimes(t *testing.T) {
+	x := openPrefix(t, prefix()).Overrides(redisstore.OverridesOptions{})
+	m := map[string]string{"created_at": "1999-01-01T00:00:00.000Z", "updated_at": "x", "expires_at": "null"}
+	first := overrides.Override{Name: "l", Match: m, Params: overrides.Params{Capacity: 1}, Note: `,"created_at":"2000-01-01T00:00:00Z"`}
+	first.Stamp(time.Now().Add(-time.Hour), time.Time{})
+	if _, err := x.Put(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	second := first
+	second.Capacity = 2
+	second.Stamp(time.Now(), time.Time{})
+	got, err := x.Put(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := second
+	want.CreatedAt = first.CreatedAt
+	want.Source = overrides.SourceAPI
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("stored %+v, want %+v", got, want)
+	}
+	if recs := changes(t, x, 0).Records; len(recs) != 1 || !reflect.DeepEqual(recs[0], want) {
+		t.Fatalf("read back %+v, want %+v", recs, want)
 	}
 }
