@@ -186,6 +186,12 @@ func compileParams(p *Params, lim *policy.Limit) (*compiled, *Error) {
 	if p.Shadow && kd != nil && kd.noShadow != "" {
 		return nil, errorf(ErrBadRequest, lim.Name, "shadow", "%s", kd.noShadow)
 	}
+	if p.BlockFor > 0 && !lim.Kind.Blockable() {
+		return nil, errorf(ErrKindMismatch, lim.Name, "block_for", "block_for is a field of token_bucket, sliding_window, fixed_window and quota limits; limit %q is a %s limit", lim.Name, lim.Kind)
+	}
+	if p.BlockFor > 0 {
+		eff.BlockFor = p.BlockFor
+	}
 	if p.Deny || p.Unlimited {
 		return c, nil
 	}
