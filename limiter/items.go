@@ -4,9 +4,11 @@
 package limiter
 
 import (
+	"time"
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -17,6 +19,9 @@ type scratch struct {
 	ends  []int // end of each item's key in key
 	user  []int // where each item's key shows the caller's part (after "name:" and a hash tag)
 	key   []byte
+	// rules is each item's override (nil: the policy's), or nil when no
+	// item has one
+	rules []*overrides.Rule
 }
 
 func newScratch() *scratch {
@@ -59,6 +64,8 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 	named := 0 // limits of req.Costs met
 	items, which, ends, user, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
 	limits := res.Limits[:0]
+	var rules []*overrides.Rule
+	var now time.Time
 	for i, lim := range c.p.Limits {
 		from := len(key)
 		k, ok := lim.AppendKey(append(key, c.prefix[i]...), req.Descriptors)
@@ -73,6 +80,28 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 			k, _ = lim.AppendKey(append(k, c.prefix[i]...), req.Descriptors)
 		}
 		key = k
+		spec, capacity := c.specs[i], c.status[i].Capacity
+		var rule *overrides.Rule
+		if c.ix[i].Len() > 0 {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if rule = c.ix[i].Resolve(req.Descriptors, now); rule != nil {
+				rule.Hit(now)
+				if rules == nil {
+					rules = sc.rules[:0]
+					if rules == nil {
+						rules = make([]*overrides.Rule, 0, 8)
+					}
+					for range items {
+						rules = append(rules, nil)
+					}
+				}
+			}
+		}
+		if rules != nil {
+			rules = append(rules, rule)
+		}
 		itemCost := cost
 		if req.Costs != nil {
 			if v, ok := req.Costs[lim.Name]; ok {
@@ -87,7 +116,26 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		if c.conc[i] {
 			itemCost, shown = 1, 1
 		}
-		if itemCost > c.status[i].Capacity {
+		limits = append(limits, c.status[i])
+		st := &limits[len(limits)-1]
+		st.TokenCost = shown
+		var base *store.Spec
+		if rule != nil {
+			var shadow bool
+			spec, capacity, shadow = c.overridden(i, rule, st)
+			if err := c.overrideCostError(i, rule, itemCost, capacity, shadow); err != nil {
+				sc.key = key[:0]
+				return nil, err
+			}
+			if spec != c.specs[i] {
+				if c.converts {
+					base = c.specs[i]
+				} else if tag := spec.StateTag(); tag != c.specs[i].StateTag() {
+					// (a store that keeps one spec per key: a key of the spec's own)
+					key, userKey = c.appendKey(i, key[:from], keyPrefix(lim.Name, spec), req.Descriptors)
+				}
+			}
+		} else if itemCost > capacity {
 			if err := c.costError(i, itemCost); err != nil {
 				sc.key = key[:0]
 				return nil, err
@@ -96,12 +144,15 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		if req.Peek {
 			itemCost = 0
 		}
-		items = append(items, store.Item{Spec: c.specs[i], Cost: itemCost})
+		items = append(items, store.Item{Spec: spec, Cost: itemCost, Base: base})
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
-		limits = append(limits, c.status[i])
-		limits[len(limits)-1].TokenCost = shown
 	}
 	sc.which, sc.ends, sc.user, sc.key = which, ends, user, key
+	if rules != nil {
+		sc.rules = rules
+	} else if sc.rules != nil {
+		sc.rules = sc.rules[:0]
+	}
 	if len(items) == 0 && req.RefuseUnmatched && !c.p.AllowUnmatched {
 		return nil, noLimitApplies(c.p, req.Descriptors)
 	}
@@ -121,6 +172,20 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 	sc.items = items
 	res.Allowed, res.Limits, res.Cost, res.Wait = true, limits, cost, 0
 	return items, nil
+}
+
+// appendKey appends limit i's key for desc under prefix (its hash tag
+// first, when it has one) to key, and returns it with where the caller's
+// part starts (counted from the key's start). The limit applies.
+func (c *compiled) appendKey(i int, key []byte, prefix string, desc map[string]string) ([]byte, int) {
+	lim, from := c.p.Limits[i], len(key)
+	userKey := len(prefix)
+	if lim.HashTag != "" {
+		key = lim.AppendHashTag(key, desc)
+		userKey += len(key) - from
+	}
+	key, _ = lim.AppendKey(append(key, prefix...), desc)
+	return key, userKey
 }
 
 // costError is the error of an item of limit i costing cost, nil when it

@@ -51,8 +51,19 @@ type KeyObserver interface {
 func WithShadow() Option { return func(x *Limiter) { x.shadowAll = true } }
 
 // WithKeyObserver sets o to receive every decision's keys (the heaviest
-// keys of sluice serve's /v1/top).
-func WithKeyObserver(o KeyObserver) Option { return func(x *Limiter) { x.keys = o } }
+// keys of sluice serve's /v1/top). When o is also an OverrideObserver it
+// learns which keys an override decided.
+func WithKeyObserver(o KeyObserver) Option {
+	return func(x *Limiter) { x.keys = o; x.ovKeys, _ = o.(OverrideObserver) }
+}
+
+// OverrideObserver is a KeyObserver that is also told, right after
+// ObserveKey, of each key an override decided: its canonical match
+// (overrides.CanonicalMatch) and whether it was a deny. Same rules as
+// ObserveKey.
+type OverrideObserver interface {
+	ObserveOverride(limit, key, match string, denied bool)
+}
 
 // Limiter checks requests against a policy. It is safe for concurrent use;
 // SetPolicy swaps the policy atomically.
@@ -62,6 +73,7 @@ type Limiter struct {
 	log       *slog.Logger
 	reg       prometheus.Registerer
 	keys      KeyObserver
+	ovKeys    OverrideObserver // keys, when it is one
 	shadowAll bool
 	compiled  atomic.Pointer[compiled]
 	ovr       *overrides.Set // the overrides applied (SetOverrides); guarded by mu
@@ -373,6 +385,10 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		return nil
 	}
 	which, user := sc.which, sc.user
+	rules := sc.rules
+	if len(rules) == 0 {
+		rules = nil
+	}
 	if req.MaxWait > 0 && !req.Peek {
 		mw := req.MaxWait
 		if dl, ok := ctx.Deadline(); ok {
@@ -382,7 +398,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			items[j].MaxWait = max(mw, 1)
 		}
 	}
-	r, err := l.take(ctx, c, items, which, borrows)
+	r, err := l.take(ctx, c, items, which, rules, borrows)
 	if err != nil {
 		err = l.shownKeys(c, err, items, which, user, req.Descriptors)
 		if !errors.Is(err, store.ErrFull) {
@@ -419,8 +435,8 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	}
 	if res.Allowed && !req.Peek && (req.Receipt || req.Reserve) {
 		for i := range items {
-			if it := &items[i]; !it.Spec.HoldsSlots() && !res.Limits[i].ShadowRefused && (it.Cost > 0 || req.Costs != nil) {
-				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: it.Cost, RefundBefore: it.RefundBefore})
+			if it := &items[i]; !it.Spec.HoldsSlots() && !res.Limits[i].ShadowRefused && (it.Cost > 0 || req.Costs != nil) && !skipped(ruleAt(rules, i)) {
+				res.Receipt.taken = append(res.Receipt.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Base: it.Base, Delta: it.Cost, RefundBefore: it.RefundBefore})
 				res.Receipt.limits = append(res.Receipt.limits, c.p.Limits[which[i]].Name)
 			}
 		}
@@ -437,8 +453,12 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 // one on its own (so that its refusal refuses nothing, and takes nothing),
 // peeked when the request was refused or when it is an in-flight cap (a
 // shadow cap holds no slot).
-func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, borrows bool) (store.Result, error) {
-	if !c.anyShadow { // (the common case: no closure on the hot path)
+//
+// Items whose override decides them (rules: deny, unlimited) are not
+// taken from the store (decideSkipped); a deny that is not shadow refuses
+// the request, whose enforced items are then peeked.
+func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, rules []*overrides.Rule, borrows bool) (store.Result, error) {
+	if !c.anyShadow && rules == nil { // (the common case: no closure on the hot path)
 		if borrows {
 			return l.kb.TakeBorrowed(ctx, items)
 		}
@@ -450,14 +470,27 @@ func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, whi
 		}
 		return l.st.Take(ctx, its)
 	}
+	shadow := func(j int) bool {
+		r := ruleAt(rules, j)
+		return c.shadow[which[j]] || r != nil && r.Shadow()
+	}
+	denied := false
 	enforced := make([]store.Item, 0, len(items))
 	at := make([]int, 0, len(items))
 	for j := range items {
-		if !c.shadow[which[j]] {
+		if r := ruleAt(rules, j); skipped(r) {
+			decideSkipped(&items[j], r)
+			denied = denied || r.Deny() && !shadow(j)
+		} else if !shadow(j) {
 			enforced, at = append(enforced, items[j]), append(at, j)
 		}
 	}
 	r := store.Result{Allowed: true}
+	if denied {
+		for k := range enforced {
+			enforced[k].Cost, enforced[k].MaxWait = 0, 0
+		}
+	}
 	if len(enforced) > 0 {
 		var err error
 		if r, err = take(enforced); err != nil {
@@ -467,8 +500,11 @@ func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, whi
 			items[j] = enforced[k]
 		}
 	}
+	if denied {
+		r = store.Result{Allowed: false}
+	}
 	for j := range items {
-		if !c.shadow[which[j]] {
+		if !shadow(j) || skipped(ruleAt(rules, j)) {
 			continue
 		}
 		l.decideShadow(items[j:j+1], c.p.Limits[which[j]].Name, !r.Allowed, take)

@@ -5,10 +5,15 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/store"
 )
+
+// byOverride is the ref of a request's limit its override decides (deny,
+// unlimited): no store item.
+const byOverride = math.MinInt
 
 // ManyResult is the outcome of CheckMany.
 type ManyResult struct {
@@ -38,6 +43,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 	out := ManyResult{Allowed: true, Results: make([]Result, len(reqs))}
 	refs := make([][]int, len(reqs))  // per request, per limit: index in items, or -1-index in shadow
 	which := make([][]int, len(reqs)) // per request, per limit: its policy index
+	denied := false                   // a deny override that is not shadow applies
 	sc := l.bufs.Get().(*scratch)
 	defer l.bufs.Put(sc)
 	for r, req := range reqs {
@@ -50,8 +56,14 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		for k, it := range mine {
 			i := sc.which[k]
 			res.Limits[k].Key = it.Key[sc.user[k]:]
+			if rule := res.Limits[k].Override; skipped(rule) {
+				// (decided by its override: no store item)
+				denied = denied || rule.Deny() && !res.Limits[k].Shadow
+				refs[r] = append(refs[r], byOverride)
+				continue
+			}
 			its, idx := &items, index
-			if c.shadow[i] {
+			if res.Limits[k].Shadow {
 				its, idx = &shadow, sindex
 			}
 			j, seen := idx[it.Key]
@@ -62,13 +74,22 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 				idx[it.Key] = j
 				*its = append(*its, it)
 			}
-			if err := c.costError(i, (*its)[j].Cost); err != nil {
+			err := c.costError(i, (*its)[j].Cost)
+			if rule := res.Limits[k].Override; rule != nil {
+				err = c.overrideCostError(i, rule, (*its)[j].Cost, it.Spec.Capacity(), res.Limits[k].Shadow)
+			}
+			if err != nil {
 				return ManyResult{}, err
 			}
-			if c.shadow[i] {
+			if res.Limits[k].Shadow {
 				j = -1 - j
 			}
 			refs[r] = append(refs[r], j)
+		}
+	}
+	if denied { // (a deny refuses every request: the others take nothing)
+		for j := range items {
+			items[j].Cost = 0
 		}
 	}
 	if len(items) > 0 {
@@ -79,13 +100,25 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		}
 		out.Allowed, out.Lease = res.Allowed, res.Lease
 	}
+	out.Allowed = out.Allowed && !denied
 	for j := range shadow { // (names: the key's limit prefix, for the log)
 		l.decideShadow(shadow[j:j+1], shadow[j].Key, !out.Allowed, func(its []store.Item) (store.Result, error) { return l.st.Take(ctx, its) })
 	}
 	for r := range out.Results {
 		res := &out.Results[r]
+		res.Allowed = res.Allowed && !denied
 		for k, j := range refs[r] {
 			st := &res.Limits[k]
+			if j == byOverride {
+				it := store.Item{Spec: c.specs[which[r][k]]}
+				decideSkipped(&it, st.Override)
+				d := it.Decision
+				st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, 0, 0
+				if st.Shadow {
+					shadowVerdict(st, it, reqs[r].Peek)
+				}
+				continue
+			}
 			if j < 0 {
 				it := shadow[-1-j]
 				d := it.Decision

@@ -89,6 +89,13 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 			result = byRejected
 		}
 		c.counters[which[j]][result][attempt].Inc()
+		if st.Override != nil {
+			ov := result
+			if st.Denied && !st.ShadowRefused {
+				ov = byDenied
+			}
+			c.ovCount[which[j]][ov].Inc()
+		}
 		if res.Allowed && st.Allowed && float64(st.TokensRemaining) < NearLimitShare*float64(st.Capacity) {
 			c.near[which[j]].Inc()
 		}
@@ -105,6 +112,9 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 				admitted = st.TokenCost
 			}
 			l.keys.ObserveKey(st.Name, key, admitted, !st.Allowed, st.ShadowRefused)
+			if st.Override != nil && l.ovKeys != nil {
+				l.ovKeys.ObserveOverride(st.Name, key, st.Override.CanonicalMatch(), st.Denied)
+			}
 		}
 	}
 }
@@ -123,12 +133,21 @@ func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 	}
 	attrs := make([]slog.Attr, 0, 10)
 	result, msg := ResultRejected, "rate limit: request refused"
+	if st.Denied && !st.ShadowRefused {
+		msg = "rate limit: request denied by an override"
+	}
 	if st.ShadowRefused {
 		result, msg = ResultShadowRejected, "rate limit: request would be refused (shadow)"
 	}
 	attrs = append(attrs, slog.String("limiter", st.Name), slog.String("result", result), slog.String("algorithm", st.Algorithm))
 	attrs = lim.LogAttrs(attrs, st.TokenCost, st.TokensRemaining)
 	attrs = append(attrs, slog.String("key", key), slog.Bool("retry", req.Retry), slog.Int64("retry_after_ms", CeilMS(st.RetryAfter)))
+	if st.Override != nil {
+		attrs = append(attrs, slog.Group("override", slog.Any("match", st.Override.Match())))
+		if st.Denied {
+			attrs = append(attrs, slog.Bool("denied", true))
+		}
+	}
 	l.logf(slog.LevelInfo, msg, attrs...)
 }
 

@@ -65,6 +65,13 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64,
 			return false
 		}
 	}
+	if a.Base != nil || len(shd.specs) > 0 {
+		// (converted to a.Spec, and kept so even when nothing changes)
+		if exists {
+			e.entry, _ = shd.asSpec(e, a.Spec, a.Base, e.entry, d, wall)
+		}
+		shd.wrote(e.key, a.Spec, a.Base)
+	}
 	adjustEntry(a, &e.entry, exists, d, wall)
 	shd.m.holdIdle(e) // (a block outlives any correction)
 	if e.idle < shd.low {

@@ -183,6 +183,9 @@ type shard struct {
 	wake atomic.Int64
 	// lap is the last lap of the CLOCK hand finished in the shard (lru.go).
 	lap uint64
+	// specs holds the spec a key's state was last written under when it
+	// is not the key's usual one (store.Item.Base; respec.go).
+	specs map[string]*store.Spec
 }
 
 // entry is a key's state (its meaning is its spec's kind's: see
@@ -352,7 +355,8 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 			if e != nil {
 				cur = e.entry
 			}
-			m.next[i], it.Decision, it.Wait = decide(*it, cur, e != nil, d, s.wall(wall, d))
+			cur, exists := shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+			m.next[i], it.Decision, it.Wait = decide(*it, cur, exists, d, s.wall(wall, d))
 			if it.Spec.BlockFor > 0 {
 				it.Decision = penalize(shd, e, it, it.Decision, d, s.wall(wall, d))
 			}
@@ -433,6 +437,9 @@ func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borro
 				shd.noteIdle(m.next[i].idle)
 			}
 		}
+		if e != nil && (it.Base != nil || len(shd.specs) > 0) {
+			shd.wrote(e.key, it.Spec, it.Base)
+		}
 		if borrowed {
 			ownKey(it, e)
 		}
@@ -473,12 +480,16 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	}
 	e := shd.m.get(h, it.Key)
 	var cur entry
+	exists := e != nil
 	if e != nil {
 		cur = e.entry
+		if it.Base != nil || len(shd.specs) > 0 {
+			cur, exists = shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+		}
 	} else if it.Cost > 0 && !s.room1(shd, d, true, credit) {
 		return store.Result{}, errNoRoom
 	}
-	next, dec, wait := decide(*it, cur, e != nil, d, s.wall(wall, d))
+	next, dec, wait := decide(*it, cur, exists, d, s.wall(wall, d))
 	if it.Spec.BlockFor > 0 {
 		dec = penalize(shd, e, it, dec, d, s.wall(wall, d))
 	}
@@ -503,6 +514,9 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	} else if e == nil && it.Cost > 0 {
 		s.keys.Add(-1) // refused: the new key room1 counted is not created
 	}
+	if e != nil && dec.Allowed && (it.Base != nil || len(shd.specs) > 0) {
+		shd.wrote(e.key, it.Spec, it.Base)
+	}
 	if borrowed {
 		ownKey(it, e)
 	}
@@ -524,7 +538,8 @@ func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice
 	if e != nil {
 		cur = e.entry
 	}
-	_, dec := step(it, cur, e != nil, d, s.wall(wall, d))
+	cur, exists := shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+	_, dec := step(it, cur, exists, d, s.wall(wall, d))
 	return dec
 }
 

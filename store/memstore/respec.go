@@ -1,0 +1,69 @@
+// Keys decided under several specs (store.Item.Base: an override's
+// parameters): the spec each key's state was written under, and its
+// conversion to the spec of the item deciding it.
+
+package memstore
+
+import "github.com/sluicehq/sluice/store"
+
+// ConvertsSpecs implements store.SpecConverter: a key's state written
+// under one spec is converted to another item's spec by store.Spec.Convert
+// (the SetLimit rule).
+func (s *Store) ConvertsSpecs() bool { return true }
+
+// asSpec returns the state cur of key's entry e (nil: none) as an item of
+// spec sp reads it (base: the key's usual spec, nil when sp is), and
+// whether the key has a state under sp. A key's state was written under
+// the spec the shard's specs map holds for it, else under its usual spec
+// (base, or sp itself). A state converted is kept at once, under sp (its
+// peek), so that a change of a key's spec takes effect at the key's first
+// decision after it, admitted or not. Shard locked.
+func (shd *shard) asSpec(e *tentry, sp, base *store.Spec, cur entry, d, wall int64) (entry, bool) {
+	if e == nil {
+		return cur, false
+	}
+	if base == nil && len(shd.specs) == 0 {
+		return cur, true
+	}
+	w := base
+	if ws, ok := shd.specs[e.key]; ok {
+		w = ws
+	}
+	if w == nil || w.SameState(sp) {
+		return cur, true
+	}
+	st, ok := sp.Convert(w, cur.st, true, store.Now{Mono: d, Wall: wall})
+	cur.st = st
+	e.entry, _ = step(store.Item{Spec: sp}, cur, ok, d, wall) // (a new state kept as a state: the same)
+	shd.wrote(e.key, sp, base)
+	return e.entry, true
+}
+
+// wrote records that key's state is now written under sp (base: the
+// key's usual spec, nil when sp is). key must be the table's copy (or
+// one the caller does not reuse). Shard locked.
+func (shd *shard) wrote(key string, sp, base *store.Spec) {
+	if base != nil && !base.SameState(sp) {
+		if shd.specs == nil {
+			shd.specs = map[string]*store.Spec{}
+		}
+		shd.specs[key] = sp
+		if n := len(shd.specs); n > 1024 && n > 2*shd.m.n {
+			shd.pruneSpecs()
+		}
+		return
+	}
+	if len(shd.specs) > 0 {
+		delete(shd.specs, key)
+	}
+}
+
+// pruneSpecs forgets the specs of keys the shard no longer holds (evicted
+// keys: a key created again starts anew, whatever its spec). Shard locked.
+func (shd *shard) pruneSpecs() {
+	for k := range shd.specs {
+		if shd.m.get(shd.m.hash(k), k) == nil {
+			delete(shd.specs, k)
+		}
+	}
+}
