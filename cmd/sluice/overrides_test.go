@@ -1,3 +1,5 @@
+// Tests of sluice overrides: its subcommands against a real sluice serve, its usage errors and the bodies it sends.
+
 package main
 
 import (
