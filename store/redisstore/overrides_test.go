@@ -401,11 +401,15 @@ func TestOverridesFigures(t *testing.T) {
 				t.Fatalf("Full: %d records", len(full.Records))
 			}
 			const polls = 2000
+			c := st.Client()
+			calls0, usec0 := scriptUsec(t, c)
 			start = time.Now()
 			for range polls {
 				changes(t, x, full.Version)
 			}
 			idle := time.Since(start) / polls
+			calls1, usec1 := scriptUsec(t, c)
+			t.Logf("%s: in Redis, %.1f µs a Changes with nothing changed (EVALSHA, INFO commandstats)", where, float64(usec1-usec0)/float64(calls1-calls0))
 			start = time.Now()
 			v := full.Version
 			for i := range polls / 10 {
@@ -413,7 +417,6 @@ func TestOverridesFigures(t *testing.T) {
 				v = changes(t, x, v).Version
 			}
 			one := time.Since(start) / (polls / 10)
-			c := st.Client()
 			var mem []int64
 			for _, k := range x.Keys() {
 				m, err := c.Do(ctx, c.B().MemoryUsage().Key(k).Samples(0).Build()).AsInt64()
@@ -476,6 +479,30 @@ func commandStats(t *testing.T, c rueidis.Client) map[string]int64 {
 		out[strings.TrimPrefix(name, "cmdstat_")] = n
 	}
 	return out
+}
+
+// scriptUsec returns EVALSHA's calls and microseconds so far, summed over
+// the nodes.
+func scriptUsec(t *testing.T, c rueidis.Client) (calls, usec int64) {
+	t.Helper()
+	for _, n := range c.Nodes() {
+		info, err := n.Do(ctx, n.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, ok := strings.Cut(info, "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		line, _, _ := strings.Cut(rest, "\r\n")
+		var perCall float64
+		var c, u int64
+		if _, err := fmt.Sscanf(line, "calls=%d,usec=%d,usec_per_call=%f", &c, &u, &perCall); err != nil {
+			t.Fatalf("commandstats %q: %v", line, err)
+		}
+		calls, usec = calls+c, usec+u
+	}
+	return calls, usec
 }
 
 func statsDelta(before, after map[string]int64) map[string]int64 {
