@@ -398,14 +398,14 @@ func (c ovGetCmd) Run(e *env, oc *overridesCmd) error {
 
 type ovListCmd struct {
 	ovTarget
-	N      int    `help:"Overrides per page (1 to 1000; default the service's)." env:"-"`
+	N      *int   `help:"Overrides per page (1 to 1000; default the service's)." env:"-"`
 	Cursor string `help:"The page after the one that gave this cursor." env:"-"`
 	JSON   bool   `name:"json" help:"Print the service's answer as JSON (overrides, next_cursor)." env:"-"`
 }
 
 func (c ovListCmd) Validate() error {
-	if c.N < 0 || c.N > overrides.MaxPage {
-		return fmt.Errorf("--n %d must be 1 to %d", c.N, overrides.MaxPage)
+	if c.N != nil && (*c.N < 1 || *c.N > overrides.MaxPage) {
+		return fmt.Errorf("--n %d must be 1 to %d", *c.N, overrides.MaxPage)
 	}
 	_, err := c.pairs()
 	return err
@@ -420,7 +420,11 @@ func (c ovListCmd) Run(e *env, oc *overridesCmd) error {
 	if err != nil {
 		return err
 	}
-	p, raw, err := cl.list(c.Name, m, c.Cursor, c.N)
+	n := 0 // (the service's default)
+	if c.N != nil {
+		n = *c.N
+	}
+	p, raw, err := cl.list(c.Name, m, c.Cursor, n)
 	if err != nil {
 		return err
 	}

@@ -134,6 +134,7 @@ func TestOverridesArguments(t *testing.T) {
 		{[]string{"set", "tenant_api", "tenant=a", "--ttl", "soon"}, "--ttl:"},
 		{[]string{"resolve", "tenant_api"}, "resolve needs the request's descriptors"},
 		{[]string{"list", "tenant_api", "--n", "1001"}, "--n 1001 must be 1 to 1000"},
+		{[]string{"list", "tenant_api", "--n", "0"}, "--n 0 must be 1 to 1000"},
 		{[]string{"set"}, "expected \"<name>\""},
 	} {
 		if code, _, errOut := runCmd(t, "", append([]string{"overrides", "--url", ts.URL}, tc.args...)...); code != 2 || !strings.Contains(errOut, tc.want) {
