@@ -6,6 +6,7 @@
 -- when OOM refused it.
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
+BLK, NOWHEX = {}, tohex(now)
 if OOM then
   -- At maxmemory (noeviction), called through the allow-oom entry point:
   -- an adjustment that would create a key (all but a return, which never
@@ -62,7 +63,7 @@ for i = 1, #KEYS do
         end
       end
       local _, _, _, _, reset = bstep(P, tat, eneg, e, phase, ZERO)
-      if #reset == 0 then redis.call('DEL', key) else save(key, 'b', {tat, origin, phase}, reset, expire) end
+      if #reset == 0 then drop(key, expire) else save(key, 'b', {tat, origin, phase}, reset, expire) end
     end
   elseif kind == 's' or kind == 'f' then
     local N, W = hex(ARGV[a + 4]), hex(ARGV[a + 5])

@@ -78,15 +78,27 @@ func FitsDoublePath(sp *store.Spec) bool {
 	return den < 1<<26 && sp.Bucket.CapacityUnits() < 1<<52 && num/den < 1<<52
 }
 
-// specArgs is how the script is told of a spec: its kind tag and 7
-// parameter fields.
+// specArgs is how the take script is told of a spec: its kind tag, then
+// 8 fields: its kind's 7 parameter fields and its block_for (16 hex digits
+// of ns; "" for none: blockFor).
 type specArgs struct {
 	tag    string
 	fields []string
 }
 
-// paramsOf returns the script's 7 parameter fields for sp.
-func (s *Store) paramsOf(sp *store.Spec) []string { return s.argsOf(sp).fields }
+// paramsOf returns the script's 7 parameter fields for sp (adjust's: a
+// correction leaves a key's block as it is, so adjust needs no
+// block_for).
+func (s *Store) paramsOf(sp *store.Spec) []string { return s.argsOf(sp).fields[:7] }
+
+// blockFor is sp's block_for as the take script reads it: 16 hex digits of
+// ns, or "" when sp has none.
+func blockFor(sp *store.Spec) string {
+	if sp.BlockFor <= 0 {
+		return ""
+	}
+	return hex64(int64(sp.BlockFor))
+}
 
 // argsOf returns the script's arguments for sp (cached, specs being
 // immutable, unless its kind's are made per call).
@@ -94,13 +106,13 @@ func (s *Store) argsOf(sp *store.Spec) *specArgs {
 	c := &kindCodecs[sp.Kind]
 	if c.perCall {
 		id, p := c.args(s, sp)
-		return &specArgs{tag: string(c.letter) + id, fields: p}
+		return &specArgs{tag: string(c.letter) + id, fields: append(p, blockFor(sp))}
 	}
 	if a, ok := s.params.Load(sp); ok {
 		return a.(*specArgs)
 	}
 	id, p := c.args(s, sp)
-	a := &specArgs{tag: string(c.letter) + id, fields: p}
+	a := &specArgs{tag: string(c.letter) + id, fields: append(p, blockFor(sp))}
 	s.params.Store(sp, a)
 	return a
 }

@@ -163,6 +163,39 @@ local function fbucket(F, has, tat, oh, ol, ph, nh, nl, cost)
   return false, rem, retry, reset, tat, oh, ol, ph
 end
 
+-- The penalty box (store.Spec.Penalize): the value of a key that is
+-- blocked is '!', the block's end (16 hex digits of ns on the store's
+-- clock), then its state as ever (or nothing). A block is in force while
+-- the clock is before its end. BLK holds this call's blocks in force, by
+-- key ({end, ns left}), noted when a state is read (unblock) and put back
+-- by every write of it (fstore, save, drop), so that a block outlives any
+-- write before its end and its key lives at least that long; NOWHEX is
+-- the call's clock. take.lua and adjust.lua set both at each call.
+local BLK, NOWHEX = {}, ''
+
+-- unblock returns the state part of value s of key (nil when none),
+-- noting in BLK a block in force.
+local function unblock(key, s)
+  if not s or string.byte(s, 1) ~= 33 then return s end -- '!'
+  local u = string.sub(s, 2, 17)
+  if u > NOWHEX then
+    local uh, ul = split16(u, 1)
+    local nh, nl = split16(NOWHEX, 1)
+    BLK[key] = {u, (uh - nh) * T32 + (ul - nl)}
+  end
+  s = string.sub(s, 18)
+  if s == '' then return nil end
+  return s
+end
+
+-- blockof is key's block in force as noted by unblock: the prefix to
+-- write before its state ('' when none) and the ns it has left (0).
+local function blockof(key)
+  local b = BLK[key]
+  if not b then return '', 0 end
+  return '!' .. b[1], b[2]
+end
+
 -- fload reads a bucket state for fbucket: nil when absent, false when it
 -- does not fit the double path; else the state and the key's expiry (Unix
 -- ms, nil when unknown). States written by the double path are 'B' and
@@ -188,17 +221,18 @@ end
 -- expiry is extended only when the bucket's own deadline passes it, so
 -- most writes keep the TTL (cheaper than setting one).
 local function fstore(key, tat, oh, ol, ph, reset, nowms, oldexp, expire)
+  local pre, left = blockof(key)
   if not expire then
-    redis.call('SET', key, struct.pack('<Bddddd', 66, tat, oh, ol, ph, 0))
+    redis.call('SET', key, pre .. struct.pack('<Bddddd', 66, tat, oh, ol, ph, 0))
     return
   end
-  local need = nowms + math.ceil(reset / 1000000)
+  local need = nowms + math.ceil(math.max(reset, left) / 1000000)
   if oldexp and oldexp >= need and oldexp <= need + 2000 then
-    redis.call('SET', key, struct.pack('<Bddddd', 66, tat, oh, ol, ph, oldexp), 'KEEPTTL')
+    redis.call('SET', key, pre .. struct.pack('<Bddddd', 66, tat, oh, ol, ph, oldexp), 'KEEPTTL')
     return
   end
   local exp = need + 1000
-  redis.call('SET', key, struct.pack('<Bddddd', 66, tat, oh, ol, ph, exp), 'PX', string.format('%d', exp - nowms))
+  redis.call('SET', key, pre .. struct.pack('<Bddddd', 66, tat, oh, ol, ph, exp), 'PX', string.format('%d', exp - nowms))
 end
 -- now as 32-bit halves, from ARGV or Redis TIME (s*1e9 = s*1953125*2^9,
 -- exact below 2^53 before the shift).

@@ -77,7 +77,7 @@ KIND.q = {
     end
     local reset = ZERO
     if #used > 0 then reset = sub(e, now) end
-    if #reset == 0 then redis.call('DEL', key) else save(key, 'q', {start, used}, reset, expire) end
+    if #reset == 0 then drop(key, expire) else save(key, 'q', {start, used}, reset, expire) end
   end,
   -- check is whether the store's clock lies in the caller's periods.
   check = function(at, nowhex) return qbounds(at, nowhex) ~= nil end,

@@ -152,7 +152,7 @@ end
 
 -- state strings: a kind letter, then 16 hex digits per field.
 local function load(key, kind, nf)
-  local s = redis.call('GET', key)
+  local s = unblock(key, redis.call('GET', key))
   if s and kind == 'b' and #s == 41 and string.sub(s, 1, 1) == 'B' then
     -- written by the double path: packed doubles, exact integers
     local tat, oh, ol, ph = struct.unpack('<dddd', s, 2)
@@ -165,18 +165,34 @@ local function load(key, kind, nf)
 end
 
 local function save(key, kind, st, ttl, expire)
-  local parts = {kind}
-  for i = 1, #st do parts[i + 1] = tohex(st[i]) end
+  local pre, left = blockof(key)
+  local parts = {pre, kind}
+  for i = 1, #st do parts[i + 2] = tohex(st[i]) end
   local v = table.concat(parts)
-  if expire and #ttl > 0 then
-    -- expire when the state equals a new key's (whole ms, rounded up)
+  if expire and (#ttl > 0 or left > 0) then
+    -- expire when the state equals a new key's (whole ms, rounded up),
+    -- and not before a block in force ends
     local q, r = divsmall(ttl, 1000000)
     local ms = tonum(q)
     if r > 0 then ms = ms + 1 end
+    ms = math.max(ms, math.ceil(left / 1000000))
     if ms > 4503599627370496 then ms = 4503599627370496 end
     redis.call('SET', key, v, 'PX', string.format('%d', ms))
   else
     redis.call('SET', key, v)
+  end
+end
+
+-- drop deletes key's state (it is a new key's again), keeping a block in
+-- force, alone.
+local function drop(key, expire)
+  local pre, left = blockof(key)
+  if pre == '' then
+    redis.call('DEL', key)
+  elseif expire then
+    redis.call('SET', key, pre, 'PX', string.format('%d', math.ceil(left / 1000000)))
+  else
+    redis.call('SET', key, pre)
   end
 end
 

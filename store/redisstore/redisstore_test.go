@@ -208,6 +208,16 @@ func TestIdenticalToMemstore(t *testing.T) {
 		specs = append(specs, &store.Spec{Kind: store.SlidingWindow, Window: w})
 	}
 	specs = append(specs, &store.Spec{Kind: store.FixedWindow, Window: window.Limit{Limit: 5, Window: time.Second}})
+	// The penalty box on each path and kind, with blocks shorter and
+	// longer than the time to refill.
+	for _, b := range []struct {
+		sp *store.Spec
+		d  time.Duration
+	}{{specs[7], 3 * time.Second}, {specs[2], time.Hour}, {specs[12], 999_999_937}, {specs[len(specs)-3], 40 * time.Second}, {specs[len(specs)-1], 2 * time.Second}, {specs[10], 1}} {
+		c := *b.sp
+		c.BlockFor = b.d
+		specs = append(specs, &c)
+	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	ctx := context.Background()
 	steps := []time.Duration{0, 1, 999, time.Microsecond, time.Millisecond, 37 * time.Millisecond, time.Second, 70 * time.Second, time.Hour}
@@ -446,7 +456,8 @@ func FuzzIdenticalToMemstore(f *testing.F) {
 	f.Add([]byte{5, 5, 5, 5, 250, 250, 1, 1, 1, 1, 128, 64, 32})
 	limits := []bucket.Limit{{Capacity: 10, Rate: 100}, {Capacity: 3, Rate: 5}, {Capacity: 7, Rate: 0.7},
 		{Capacity: 1_000_000, Rate: 1e6}, {Capacity: 1 << 40, Rate: 999_999_937},
-		{Capacity: 7, Rate: math.Nextafter(0.7, 1)}, bucket.PerMinute(100), bucket.PerHour(1000)}
+		{Capacity: 7, Rate: math.Nextafter(0.7, 1)}, bucket.PerMinute(100), bucket.PerHour(1000),
+		{Capacity: 3, Rate: 5}, {Capacity: 7, Rate: math.Nextafter(0.7, 1)}} // the last two with a block_for
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 600 {
 			ops = ops[:600]
@@ -455,8 +466,12 @@ func FuzzIdenticalToMemstore(f *testing.F) {
 		rs := open(t, redisstore.WithScriptClock(clock))
 		ms := memstore.New(memstore.WithClock(clock))
 		var specs []*store.Spec
-		for _, l := range limits {
-			sp, err := store.NewBucketSpec(l)
+		for i, l := range limits {
+			sl := store.Limit{Kind: store.TokenBucket, Bucket: l}
+			if i >= len(limits)-2 {
+				sl.BlockFor = time.Duration(i) * 150 * time.Millisecond
+			}
+			sp, err := store.NewSpec(sl)
 			if err != nil {
 				t.Fatal(err)
 			}

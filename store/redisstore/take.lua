@@ -2,9 +2,10 @@
 -- items, in one atomic script.
 -- ARGV: [1] now (16 hex digits, ns) or '' for Redis TIME; [2] '1' to let
 -- keys expire when their state is new again; [3] S, the number of specs,
--- then 8 fields per spec: kind (b bucket, s sliding window, f fixed
+-- then 9 fields per spec: kind (b bucket, s sliding window, f fixed
 -- window, c concurrency, or a kind of kinds.lua; a double-path bucket's letter is followed by an
--- id naming its parameters) and 7 parameters; then R, the number of
+-- id naming its parameters), 7 parameters, and its block_for (16 hex
+-- digits of ns, or '' for none: the penalty box, see decide); then R, the number of
 -- requests, and per request its lease id, item count m and MaxWait (16
 -- hex digits of ns, or '' for none: a request with one books its token
 -- buckets, on the limb path), then 2 fields per item: spec index and cost
@@ -23,6 +24,7 @@ local nh, nl = now2(ARGV[1])
 local nowhex = hex2(nh, nl)
 local nowms -- Unix ms, made when a write needs it
 local expire = ARGV[2] == '1'
+BLK, NOWHEX = {}, nowhex
 
 local specs = {}
 local a = 4
@@ -30,6 +32,7 @@ for i = 1, tonumber(ARGV[3]) do
   local tag = ARGV[a] -- the kind letter, then (double path) the spec's id
   local kind = string.sub(tag, 1, 1)
   local sp = {kind = kind, at = a + 1}
+  if ARGV[a + 8] ~= '' then sp.blk = ARGV[a + 8] end
   if kind == 'b' and ARGV[a + 6] ~= '' then
     -- The double path's numbers, parsed once per spec (FCACHE lives as
     -- long as the function library; a script call starts it empty).
@@ -56,7 +59,7 @@ for i = 1, tonumber(ARGV[3]) do
     end
   end
   specs[i] = sp
-  a = a + 8
+  a = a + 9
 end
 
 local out = {0, nowhex}
@@ -73,11 +76,11 @@ local fastn = 0
 local k = 0
 local nreq = tonumber(ARGV[a])
 a = a + 1
--- decide decides one item (KEYS index k, its place i in the request):
+-- decide0 decides one item (KEYS index k, its place i in the request):
 -- allowed, remaining, retry, reset, and what to write if the request is
 -- admitted (i for a double-path bucket, whose write is in the batch's
 -- arrays; else a function; nil for nothing).
-local function decide(sp, key, costn, cs, k, i)
+local function decide0(sp, key, costn, cs, k, i)
   local kind = sp.kind
   local ok, rem, retry, reset, save1
   waits[i] = 0
@@ -87,7 +90,7 @@ local function decide(sp, key, costn, cs, k, i)
     local fast = false
     local F = sp.F
     if F and costn then
-      local has, tat, oh, ol, ph, oldexp = fload(redis.call('GET', key))
+      local has, tat, oh, ol, ph, oldexp = fload(unblock(key, redis.call('GET', key)))
       if has ~= false then
         local t2, h2, l2, p2
         ok, rem, retry, reset, t2, h2, l2, p2 = fbucket(F, has, tat, oh, ol, ph, nh, nl, costn)
@@ -139,6 +142,55 @@ local function decide(sp, key, costn, cs, k, i)
   end
   if costn == 0 then save1 = nil end -- a peek writes nothing
   return ok, rem, retry, reset, save1
+end
+
+-- vmax is the larger of a reply value a (a number, or hex digits when
+-- 2^53 or more) and a number b below 2^53.
+local function vmax(a, b)
+  if type(a) == 'string' or a >= b then return a end
+  return b
+end
+
+-- decide is decide0 under the spec's penalty box (store.Spec.Penalize)
+-- when it has one (sp.blk, its block_for): while the key's block is in
+-- force every decision is refused, takes nothing and reports 0 remaining
+-- and the later of the block's end and its own retry and reset; with none
+-- in force, a refusal of a cost above 0 starts one, ending block_for from
+-- now, written at once with the key's state unchanged (the request is
+-- refused: nothing else of it is written).
+local function decide(sp, key, costn, cs, k, i)
+  local blk = sp.blk
+  if not blk then return decide0(sp, key, costn, cs, k, i) end
+  local raw = redis.call('GET', key)
+  local u
+  if raw and string.byte(raw, 1) == 33 then
+    if string.sub(raw, 2, 17) > nowhex then u = string.sub(raw, 2, 17) end
+    raw = string.sub(raw, 18)
+  end
+  local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i)
+  local left
+  if u then
+    local uh, ul = split16(u, 1)
+    left = (uh - nh) * T32 + (ul - nl)
+  elseif ok or costn == 0 then
+    return ok, rem, retry, reset, save1
+  else
+    local bh, bl = split16(blk, 1)
+    local lo = nl + bl
+    local c = floor(lo / T32)
+    u, left = hex2(nh + bh + c, lo - c * T32), bh * T32 + bl
+    local v = '!' .. u .. (raw or '')
+    local ms = math.ceil(left / 1000000)
+    local pttl = -1
+    if expire then pttl = redis.call('PTTL', key) end
+    if pttl == -1 or pttl >= ms then
+      redis.call('SET', key, v, 'KEEPTTL')
+    else
+      redis.call('SET', key, v, 'PX', string.format('%d', ms))
+    end
+    BLK[key] = {u, left}
+  end
+  return false, 0, vmax(retry, left), vmax(reset, left), nil
 end
 
 for req = 1, nreq do
