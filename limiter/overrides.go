@@ -137,3 +137,16 @@ func decideSkipped(it *store.Item, r *overrides.Rule) {
 		it.Decision.Remaining = it.Spec.Capacity()
 	}
 }
+
+// DeniedBy returns the name of the first limit of res that a deny
+// override refused (LimitStatus.Denied, not shadow), or "" when none did:
+// such a refusal is answered 403 denied, not as a rate limit (retrying is
+// useless).
+func (r *Result) DeniedBy() string {
+	for i := range r.Limits {
+		if st := &r.Limits[i]; st.Denied && !st.Shadow {
+			return st.Name
+		}
+	}
+	return ""
+}

@@ -94,6 +94,10 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		answer.Classify(err).Write(w)
 		return
 	}
+	if name := res.DeniedBy(); name != "" {
+		answer.Deny(name).Write(w)
+		return
+	}
 	h := answer.OfResult(res)
 	if !res.Allowed {
 		answer.RefusedWith(w, deny, h, res.RetryAfter)

@@ -123,6 +123,11 @@ type CheckResponse struct {
 	// (rounded up; 0: at once). Absent for other checks.
 	WaitMS *int64                `json:"wait_ms,omitempty"`
 	Limits []limiter.LimitStatus `json:"limits"`
+	// Error, Code and Limit answer a request refused by a deny override
+	// (403 denied; Limit names the limit): absent otherwise.
+	Error string      `json:"error,omitempty"`
+	Code  answer.Code `json:"code,omitempty"`
+	Limit string      `json:"limit,omitempty"`
 }
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
@@ -239,6 +244,11 @@ func (s *Server) reply(r *http.Request, res limiter.Result, reserve bool) *reply
 	if !res.Allowed {
 		resp.RetryAfterMS = limiter.CeilMS(res.RetryAfter)
 	}
+	denied := res.DeniedBy()
+	if denied != "" {
+		p := answer.Deny(denied)
+		resp.Error, resp.Code, resp.Limit = p.Msg, p.Code, p.Limit
+	}
 	if res.Allowed && (res.Lease.ID != "" || !res.Receipt.Empty()) {
 		rec := book.Record{Slots: res.Lease, SlotsTTL: s.slotsTTL(res)}
 		if !res.Receipt.Empty() {
@@ -262,6 +272,10 @@ func (s *Server) reply(r *http.Request, res limiter.Result, reserve bool) *reply
 		a.Status = http.StatusTooManyRequests
 	}
 	answer.OfResult(res).Set(a.Headers)
+	if denied != "" { // (retrying is useless: no Retry-After)
+		a.Status = answer.Denied.Status()
+		a.Headers.Del("Retry-After")
+	}
 	return a
 }
 

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"sync"
@@ -31,6 +32,52 @@ type Keys struct {
 	mu       sync.RWMutex
 	by       map[string]*[2]*topk.Tracker // limit name -> [refused, admitted]
 	activity activity
+	// marks: per limit, the override that last decided a key
+	// (ObserveOverride), for /v1/top; at most maxMarks keys a limit
+	marks map[string]map[string]TopOverride
+}
+
+// maxMarks bounds the keys whose override Keys remembers, per limit (past
+// it the marks start over: /v1/top marks the keys seen since).
+const maxMarks = 4096
+
+// TopOverride marks a key of /v1/top that an override decided: its match
+// (as overrides.CanonicalMatch writes it) and whether it denies.
+type TopOverride struct {
+	Match  json.RawMessage `json:"match"`
+	Denied bool            `json:"denied,omitempty"`
+}
+
+// TopKey is a key of /v1/top: its counts, and the override that last
+// decided it, if any.
+type TopKey struct {
+	topk.Entry
+	Override *TopOverride `json:"override,omitempty"`
+}
+
+// ObserveOverride implements limiter.OverrideObserver.
+func (t *Keys) ObserveOverride(limit, key, match string, denied bool) {
+	if t.k == 0 {
+		return
+	}
+	mark := TopOverride{Match: json.RawMessage(match), Denied: denied}
+	t.mu.RLock()
+	old, ok := t.marks[limit][key]
+	t.mu.RUnlock()
+	if ok && old.Denied == denied && string(old.Match) == match {
+		return
+	}
+	t.mu.Lock()
+	if t.marks == nil {
+		t.marks = map[string]map[string]TopOverride{}
+	}
+	m := t.marks[limit]
+	if m == nil || len(m) >= maxMarks {
+		m = map[string]TopOverride{}
+		t.marks[limit] = m
+	}
+	m[key] = mark
+	t.mu.Unlock()
 }
 
 // NewKeys returns a Keys of k counters per epoch per limit and measure (k
@@ -73,17 +120,17 @@ func (t *Keys) ObserveKey(limit, key string, admitted int64, refused, shadow boo
 type TopAnswer struct {
 	Limit string `json:"limit"`
 	// Shadow: the limit is in shadow mode (its refusals are would-be ones).
-	Shadow bool         `json:"shadow,omitempty"`
-	By     string       `json:"by"`
-	Span   string       `json:"span"`
-	K      int          `json:"k"`
-	Keys   []topk.Entry `json:"keys"`
+	Shadow bool     `json:"shadow,omitempty"`
+	By     string   `json:"by"`
+	Span   string   `json:"span"`
+	K      int      `json:"k"`
+	Keys   []TopKey `json:"keys"`
 }
 
 // Query answers the n heaviest keys of limit by "refused" (count of
 // refused requests) or "admitted" (admitted cost) over span.
 func (t *Keys) Query(limit, by string, span time.Duration, n int) TopAnswer {
-	ans := TopAnswer{Limit: limit, By: by, Span: span.String(), K: t.k, Keys: []topk.Entry{}}
+	ans := TopAnswer{Limit: limit, By: by, Span: span.String(), K: t.k, Keys: []TopKey{}}
 	t.mu.RLock()
 	tr := t.by[limit]
 	t.mu.RUnlock()
@@ -94,7 +141,16 @@ func (t *Keys) Query(limit, by string, span time.Duration, n int) TopAnswer {
 	if by == "admitted" {
 		i = 1
 	}
-	ans.Keys = tr[i].Top(span, n)
+	t.mu.RLock()
+	marks := t.marks[limit]
+	for _, e := range tr[i].Top(span, n) {
+		k := TopKey{Entry: e}
+		if m, ok := marks[e.Key]; ok {
+			k.Override = &m
+		}
+		ans.Keys = append(ans.Keys, k)
+	}
+	t.mu.RUnlock()
 	return ans
 }
 
