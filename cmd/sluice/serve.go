@@ -388,6 +388,9 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 		if c.Shadow {
 			opts = append(opts, limiter.WithShadow())
 		}
+		if s.ov.set != nil {
+			opts = append(opts, limiter.WithOverrides(s.ov.set)) // (the Set /v1/overrides changes)
+		}
 		var err error
 		if s.lim, err = limiter.New(s.p, st, opts...); err != nil {
 			return nil, err

@@ -291,6 +291,45 @@ func TestServeOverridesAdminToken(t *testing.T) {
 	}
 }
 
+// The limiter decides by the overrides: a raised capacity admits more, a
+// deny refuses (403 denied), a delete gives the policy back.
+func TestServeOverridesDecide(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	writePolicy(t, pol, ovServePolicy)
+	p := serve(t, "--config", pol)
+	check := func(tenant string) (int, string) {
+		return call(t, p, "POST", "/v1/check", `{"descriptors": {"tenant": "`+tenant+`"}, "cost": 10}`)
+	}
+	if code, body := check("small"); code != 200 {
+		t.Fatalf("first: %d %s", code, body)
+	}
+	if code, _ := check("small"); code != 429 {
+		t.Fatalf("the policy's capacity 10: %d", code)
+	}
+	if code, body := putAcme(t, p, ""); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	for i := range 50 { // 500 = 50 checks of 10
+		if code, body := check("acme"); code != 200 {
+			t.Fatalf("check %d under capacity 500: %d %s", i, code, body)
+		}
+	}
+	if code, _ := check("acme"); code != 429 {
+		t.Fatalf("over the override's capacity: %d", code)
+	}
+	if code, body := call(t, p, "PUT", "/v1/overrides", `{"name": "tenant_api", "match": {"tenant": "mallory"}, "deny": true}`); code != 200 {
+		t.Fatalf("PUT deny: %d %s", code, body)
+	}
+	if code, body := check("mallory"); code != 403 || !strings.Contains(body, `"code":"denied"`) {
+		t.Fatalf("denied: %d %s", code, body)
+	}
+	call(t, p, "DELETE", "/v1/overrides", `{"name": "tenant_api", "match": {"tenant": "mallory"}}`)
+	if code, body := check("mallory"); code != 200 {
+		t.Fatalf("after the delete: %d %s", code, body)
+	}
+}
+
 // Two instances on one Redis: a set through A is listed and resolved on B
 // within 1 s (its sync period and one call), a delete through B leaves A,
 // and the overrides survive a restart of both.
@@ -316,6 +355,23 @@ func TestServeRedisOverridesShared(t *testing.T) {
 	if _, body := call(t, b, "GET", "/v1/overrides/resolve?limit=tenant_api&descriptors.tenant=acme", ""); !strings.Contains(body, `"capacity":500`) {
 		t.Fatalf("resolve on B: %s", body)
 	}
+	// A deny set through A refuses on B within 1 s.
+	if code, body := call(t, a, "PUT", "/v1/overrides", `{"name": "tenant_api", "match": {"tenant": "mallory"}, "deny": true}`); code != 200 {
+		t.Fatalf("PUT deny on A: %d %s", code, body)
+	}
+	set = time.Now()
+	for {
+		code, _ := call(t, b, "POST", "/v1/check", `{"descriptors": {"tenant": "mallory"}, "cost": 0}`)
+		if code == 403 {
+			break
+		}
+		if time.Since(set) > time.Second {
+			t.Fatalf("B did not enforce A's deny within 1 s: %d", code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("deny enforced on B %v after the set on A", time.Since(set).Round(time.Millisecond))
+	call(t, a, "DELETE", "/v1/overrides", `{"name": "tenant_api", "match": {"tenant": "mallory"}}`)
 	if code, body := call(t, b, "PUT", "/v1/overrides", `{"name": "tenant_api", "match": {"tenant": "beta"}, "capacity": 7}`); code != 200 {
 		t.Fatalf("PUT on B: %d %s", code, body)
 	}
