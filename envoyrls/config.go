@@ -12,7 +12,11 @@
 // beats a wildcard value ("foo*"), which beats a key-only node; the limit of
 // the node reached by the descriptor's last entry applies; a descriptor
 // deeper than the tree, or in an unknown domain, is OK with no limit.
-// unlimited is always OK; shadow_mode counts but reports OK.
+// unlimited is always OK; shadow_mode counts but reports OK. A descriptor
+// that carries its own limit (RateLimitDescriptor.limit, Envoy's
+// per-request override) is limited by it instead, as the reference service
+// does: requests_per_unit per unit in a known domain, whatever the tree
+// holds for it (Service.ShouldRateLimit).
 //
 // Not supported (rejected when present, so nothing is silently ignored):
 // replaces, share_threshold, quota_mode, detailed_metric, value_to_metric.

@@ -29,6 +29,7 @@ type Service struct {
 	cfg       atomic.Pointer[Config]
 	st        store.Store
 	decisions *prometheus.CounterVec // nil: not counted
+	overrides overrides              // descriptors' own limits
 }
 
 // Register counts the service's decisions in reg as
@@ -36,7 +37,9 @@ type Service struct {
 // mode does: result "admitted", "rejected", or "shadow_rejected" for a
 // shadow_mode descriptor's would-be refusal; limit is the descriptor's
 // rate_limit name, else its key path in the configuration (bounded by the
-// configuration, never a request's value).
+// configuration, never a request's value); for a descriptor with its own
+// limit (RateLimitDescriptor.limit), the domain and the descriptor's
+// entry keys, dotted ("domain.key1.key2").
 func (s *Service) Register(reg prometheus.Registerer) error {
 	s.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_decisions_total",
@@ -101,7 +104,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if len(c.ds) > 1 {
 		c.index, c.shadowIx = map[string]int{}, map[string]int{}
 	}
-	if err := c.collect(req, cfg.Domains[req.GetDomain()]); err != nil {
+	if err := c.collect(req, cfg.Domains[req.GetDomain()], &s.overrides); err != nil {
 		return nil, err
 	}
 	if err := c.decide(ctx, s.st); err != nil {
@@ -122,8 +125,11 @@ type rlsCall struct {
 }
 
 // collect matches every descriptor of req against the domain's tree root
-// (nil: an unknown domain, which limits nothing) and makes the items.
-func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node) error {
+// (nil: an unknown domain, which limits nothing) and makes the items. A
+// descriptor with its own limit (Envoy's per-request override) is limited
+// by it instead, as the reference service does: in a known domain,
+// whatever the tree holds for it (see overrides.limit).
+func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node, ov *overrides) error {
 	hits := int64(req.GetHitsAddend())
 	if hits == 0 {
 		hits = 1
@@ -150,8 +156,14 @@ func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node) error {
 		for _, e := range d.GetEntries() {
 			entries = append(entries, [2]string{e.GetKey(), e.GetValue()})
 		}
-		node := match(root, entries)
-		if node == nil || node.Limit == nil {
+		var node *Node
+		if o := d.GetLimit(); o != nil {
+			l, err := ov.limit(i, o)
+			if err != nil {
+				return err
+			}
+			node = &Node{Key: overrideLabel(req.GetDomain(), entries), Limit: l}
+		} else if node = match(root, entries); node == nil || node.Limit == nil {
 			continue
 		}
 		// The key: the limit's state tag (a changed rate_limit in other
@@ -188,7 +200,7 @@ func (c *rlsCall) add(a *applied) {
 		}
 		return
 	}
-	if a.hits > int64(node.Limit.RequestsPerUnit) {
+	if a.hits > int64(node.Limit.RequestsPerUnit) || node.Limit.spec == nil {
 		a.over, c.overall = true, rls.RateLimitResponse_OVER_LIMIT // can never be admitted
 		return
 	}
