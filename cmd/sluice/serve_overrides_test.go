@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 const ovServePolicy = `limits:
@@ -393,5 +395,33 @@ func TestServeRedisOverridesShared(t *testing.T) {
 			t.Fatalf("A still lists the override deleted on B: %s", listed(t, a))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two instances on a 3-master Redis Cluster: a set through A is listed on
+// B within 1 s, and survives a restart of both.
+func TestServeRedisClusterOverrides(t *testing.T) {
+	cl := redistest.NewCluster(t, 3)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	writePolicy(t, pol, ovServePolicy)
+	store := "redis+cluster://" + strings.Join(cl.Addrs(), ",")
+	a := serve(t, "--config", pol, "--store", store)
+	b := serve(t, "--config", pol, "--store", store)
+	if code, body := putAcme(t, a, ""); code != 200 {
+		t.Fatalf("PUT on A: %d %s", code, body)
+	}
+	set := time.Now()
+	for listed(t, b) != "acme=api vip=policy" {
+		if time.Since(set) > time.Second {
+			t.Fatalf("B did not list A's override within 1 s: %s", listed(t, b))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop(t, a)
+	stop(t, b)
+	for _, p := range []*proc{serve(t, "--config", pol, "--store", store), serve(t, "--config", pol, "--store", store)} {
+		if got := listed(t, p); got != "acme=api vip=policy" {
+			t.Fatalf("after restarting both: %s", got)
+		}
 	}
 }
