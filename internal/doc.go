@@ -28,9 +28,9 @@
 //   - internal/suggest finds the nearest known name to a misspelled one,
 //     for "did you mean" hints. Imported by: envoyrls, limiter, policy.
 //   - internal/testbin finds the programs other than Go that tests run
-//     (redis-server, nginx, Chromium, Caddy, ...), skipping a test that
-//     lacks one in -short mode and failing it otherwise. Imported by:
-//     tests, internal/redistest.
+//     (redis-server, nginx, Chromium, Caddy, ...): a test that needs one
+//     is skipped in -short mode and fails without -short when it is
+//     missing. Imported by: tests, internal/redistest.
 //   - internal/yamlmsg turns a YAML syntax error into a line and a message.
 //     Imported by: envoyrls, policy.
 package internal

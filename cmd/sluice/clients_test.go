@@ -64,8 +64,8 @@ func worker(t *testing.T, lang string, args ...string) map[string]float64 {
 var python3, node string
 
 // needClients finds python3 and node and checks that the TypeScript client
-// is built; what is missing skips the test in -short mode and fails it
-// otherwise.
+// is built: the test is skipped in -short mode, and fails when one is
+// missing.
 func needClients(t *testing.T) {
 	t.Helper()
 	python3, node = testbin.Need(t, testbin.Python3), testbin.Need(t, testbin.Node)

@@ -16,8 +16,8 @@ import (
 	"github.com/sluicehq/sluice/internal/testbin"
 )
 
-// startRedis starts a redis-server of the test's own (a missing one skips
-// the test in -short mode and fails it otherwise).
+// startRedis starts a redis-server of the test's own (the test is skipped
+// in -short mode, and fails when redis-server is missing).
 func startRedis(t *testing.T, extra ...string) *redistest.Server {
 	t.Helper()
 	return redistest.New(t, extra...)

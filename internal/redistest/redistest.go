@@ -2,9 +2,9 @@
 // server or a Redis Cluster, on free loopback ports, in temporary
 // directories, stopped when the test (or TestMain) ends. It never uses a
 // Redis that is already running, and never installs one: redis-server and
-// redis-cli are found on PATH, and a test that lacks them is skipped in
-// -short mode and fails otherwise (internal/testbin's rule; New, NewCluster
-// and Shared apply it).
+// redis-cli are found on PATH; a test that needs them is skipped in -short
+// mode and fails without -short when they are missing (internal/testbin's
+// rule; New, NewCluster and Shared apply it).
 package redistest
 
 import (
@@ -36,8 +36,8 @@ func Binary() (string, error) {
 	return p, nil
 }
 
-// New starts a redis-server for t (as Start does), stopped when t ends. A
-// missing redis-server skips t in -short mode and fails it otherwise.
+// New starts a redis-server for t (as Start does), stopped when t ends. In
+// -short mode t is skipped; a missing redis-server fails it otherwise.
 func New(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	testbin.Need(t, testbin.RedisServer)
@@ -51,8 +51,8 @@ func New(t testing.TB, extra ...string) *Server {
 
 // Shared is one redis-server for the tests of a test binary: started by
 // the first test that asks for its address, stopped by Stop (in TestMain,
-// after m.Run). A missing redis-server ends each test that asks, as New
-// does.
+// after m.Run). Each test that asks is skipped in -short mode, or fails
+// when redis-server is missing, as with New.
 type Shared struct {
 	once sync.Once
 	srv  *Server
@@ -266,8 +266,8 @@ func (c *Cluster) Addrs() []string {
 }
 
 // NewCluster starts a cluster of n masters for t (as StartCluster does),
-// stopped when t ends. A missing redis-server or redis-cli skips t in
-// -short mode and fails it otherwise.
+// stopped when t ends. In -short mode t is skipped; a missing
+// redis-server or redis-cli fails it otherwise.
 func NewCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	testbin.Need(t, testbin.RedisServer)

@@ -5,10 +5,11 @@
 //   - a program is the file its environment variable names when it has one
 //     and that variable is set (SLUICE_CADDY, SLUICE_TRAEFIK), else the
 //     first of its names found on PATH (nothing else is searched);
-//   - when it is missing, a test in -short mode (the fast loop, go test
-//     -short ./...) is skipped, saying how to run it, and any other test
-//     fails, saying what to install: without -short nothing is skipped
-//     silently.
+//   - in -short mode (the fast loop) a test that needs one is skipped,
+//     whether the program is there or not, saying how to run it: the fast
+//     loop runs the same tests on every machine, Go's alone;
+//   - without -short a test that needs a missing program fails, saying what
+//     to install: nothing is skipped silently.
 //
 // Tests never install anything: the test command, scripts/test.sh, installs
 // every program (and puts Caddy's and Traefik's builds in their variables).
@@ -67,11 +68,14 @@ func (p Program) Look() (string, error) {
 	return "", errors.New(where)
 }
 
-// Need returns the program's path for t, or ends t when it is missing:
-// skipped in -short mode, failed otherwise.
+// Need returns the program's path for t, or ends t: skipped in -short
+// mode, failed when the program is missing.
 func Need(t testing.TB, p Program) string {
 	t.Helper()
 	path, err := p.Look()
+	if err == nil && testing.Short() {
+		t.Skipf("needs %s: skipped under -short (run without -short, or ./scripts/test.sh)", p.Name())
+	}
 	if err != nil {
 		Missing(t, p.Name()+" ("+err.Error()+")", p.Install)
 	}
