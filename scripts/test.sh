@@ -65,7 +65,8 @@ on_exit() {
 trap on_exit EXIT
 
 command -v go >/dev/null || { echo "test.sh: Go 1.26 is required (https://go.dev/dl)" >&2; exit 1; }
-export PATH="$(go env GOPATH)/bin:$PATH"
+# (/usr/sbin: nginx is found on PATH, and a user shell may lack it)
+export PATH="$(go env GOPATH)/bin:$PATH:/usr/sbin"
 
 # The one-time builds run at nice 10 while the steps below run (each in a
 # process group of its own, stopped if the run stops first): on a warm
