@@ -39,6 +39,12 @@
 // held a lease set with a live lease, a new key is refused as below.
 // EvictionsByReason counts idle and LRU evictions apart.
 //
+// A key's penalty box (store.Spec.BlockFor, Spec.Penalize) is kept with its
+// entry, in a map that exists only once a key is blocked: a blocked key is
+// not idle before its block ends, whatever its state, so idle eviction
+// never forgets a block; an LRU eviction at the cap forgets it with the
+// state.
+//
 // With WithRefuseWhenFull the store evicts only idle keys: a request that
 // needs a new key when none is idle is refused with a *store.FullError
 // (matching store.ErrFull; fail closed: nothing is taken), whose
