@@ -43,7 +43,7 @@ func quotaSpecs(t *testing.T) []*store.Spec {
 // memstore and Redis decide a random trace of quotas identically, over
 // periods that include the spring and the autumn daylight-saving days of
 // Europe/Berlin and a month's and a year's boundary; settles (refunds and
-// charges) included.
+// charges) and quotas with a block_for included.
 func TestQuotaIdenticalToMemstore(t *testing.T) {
 	for _, start := range []string{"2026-03-27T18:00:00+01:00", "2026-10-23T18:00:00+02:00", "2026-12-29T12:00:00+01:00"} {
 		t.Run(start, func(t *testing.T) {
@@ -52,6 +52,11 @@ func TestQuotaIdenticalToMemstore(t *testing.T) {
 			rs := open(t, redisstore.WithScriptClock(clock))
 			ms := memstore.New(memstore.WithClock(clock))
 			specs := quotaSpecs(t)
+			for i, d := range []time.Duration{time.Hour, 90 * time.Minute} { // the penalty box too
+				c := *specs[i]
+				c.BlockFor = d
+				specs = append(specs, &c)
+			}
 			rng := rand.New(rand.NewPCG(13, uint64(t0.Unix())))
 			ctx := context.Background()
 			steps := []time.Duration{0, 1, time.Millisecond, time.Second, 7 * time.Minute, time.Hour, 5 * time.Hour}
