@@ -2,9 +2,11 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memstore"
 )
@@ -29,5 +31,48 @@ func BenchmarkCheckInto1(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		l.CheckInto(ctx, req, &res)
+	}
+}
+
+// BenchmarkCheckOverrides is a check on one limit with no Set (none), and
+// with 100,000 exact and 1,000 prefix overrides: a request no override
+// matches (miss), one an exact override decides (exact), one a prefix
+// override decides (prefix). BENCHMARKS.md, "Overrides (issue 25)".
+func BenchmarkCheckOverrides(b *testing.B) {
+	p, _ := policy.Parse([]byte("limits:\n  - name: tenant\n    key: \"tenant:{tenant}\"\n    capacity: 1000000000\n    refill_per_second: 1000000000\n"))
+	set := overrides.NewSet(p)
+	for i := range 100_000 {
+		o := overrides.Override{Name: "tenant", Match: map[string]string{"tenant": fmt.Sprintf("t%06d", i)}, Params: overrides.Params{Capacity: 2_000_000_000}}
+		if err := set.Put(&o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 1_000 {
+		o := overrides.Override{Name: "tenant", Match: map[string]string{"tenant": fmt.Sprintf("p%03d_*", i)}, Params: overrides.Params{Capacity: 2_000_000_000}}
+		if err := set.Put(&o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, tenant string
+		set          *overrides.Set
+	}{{"none", "0000001", nil}, {"miss", "0000001", set}, {"exact", "t050000", set}, {"prefix", "p500_x", set}} {
+		b.Run(c.name, func(b *testing.B) {
+			var opts []limiter.Option
+			if c.set != nil {
+				opts = append(opts, limiter.WithOverrides(c.set))
+			}
+			l, _ := limiter.New(p, memstore.New(), opts...)
+			req := limiter.Request{Descriptors: map[string]string{"tenant": c.tenant}}
+			var res limiter.Result
+			b.ReportAllocs()
+			for b.Loop() {
+				l.CheckInto(ctx, req, &res)
+			}
+			if (c.set != nil && c.name != "miss") != (res.Limits[0].Override != nil) {
+				b.Fatalf("%s: override %v", c.name, res.Limits[0].Override)
+			}
+		})
 	}
 }

@@ -19,9 +19,11 @@ type scratch struct {
 	ends  []int // end of each item's key in key
 	user  []int // where each item's key shows the caller's part (after "name:" and a hash tag)
 	key   []byte
-	// rules is each item's override (nil: the policy's), or nil when no
-	// item has one
+	// rules is each item's override (nil: the policy's), or empty when no
+	// item has one; odd: an override makes an item shadow or decides it
+	// without the store (take's slow path)
 	rules []*overrides.Rule
+	odd   bool
 }
 
 func newScratch() *scratch {
@@ -66,6 +68,7 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 	limits := res.Limits[:0]
 	var rules []*overrides.Rule
 	var now time.Time
+	odd := false
 	for i, lim := range c.p.Limits {
 		from := len(key)
 		k, ok := lim.AppendKey(append(key, c.prefix[i]...), req.Descriptors)
@@ -123,6 +126,7 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		if rule != nil {
 			var shadow bool
 			spec, capacity, shadow = c.overridden(i, rule, st)
+			odd = odd || shadow || skipped(rule)
 			if err := c.overrideCostError(i, rule, itemCost, capacity, shadow); err != nil {
 				sc.key = key[:0]
 				return nil, err
@@ -147,7 +151,7 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		items = append(items, store.Item{Spec: spec, Cost: itemCost, Base: base})
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
 	}
-	sc.which, sc.ends, sc.user, sc.key = which, ends, user, key
+	sc.which, sc.ends, sc.user, sc.key, sc.odd = which, ends, user, key, odd
 	if rules != nil {
 		sc.rules = rules
 	} else if sc.rules != nil {

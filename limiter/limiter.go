@@ -389,6 +389,10 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	if len(rules) == 0 {
 		rules = nil
 	}
+	odd := rules
+	if !sc.odd {
+		odd = nil // (no override makes an item shadow or skips the store: take's fast path)
+	}
 	if req.MaxWait > 0 && !req.Peek {
 		mw := req.MaxWait
 		if dl, ok := ctx.Deadline(); ok {
@@ -398,7 +402,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			items[j].MaxWait = max(mw, 1)
 		}
 	}
-	r, err := l.take(ctx, c, items, which, rules, borrows)
+	r, err := l.take(ctx, c, items, which, odd, borrows)
 	if err != nil {
 		err = l.shownKeys(c, err, items, which, user, req.Descriptors)
 		if !errors.Is(err, store.ErrFull) {

@@ -66,11 +66,11 @@ func (s *Store) adjust1(shd *shard, h uint64, a store.Adjustment, d, wall int64,
 		}
 	}
 	if a.Base != nil || len(shd.specs) > 0 {
-		// (converted to a.Spec, and kept so even when nothing changes)
-		if exists {
+		if exists { // (converted to a.Spec, and kept so even when nothing changes)
 			e.entry, _ = shd.asSpec(e, a.Spec, a.Base, e.entry, d, wall)
+		} else {
+			shd.wrote(e.key, a.Spec, a.Base)
 		}
-		shd.wrote(e.key, a.Spec, a.Base)
 	}
 	adjustEntry(a, &e.entry, exists, d, wall)
 	shd.m.holdIdle(e) // (a block outlives any correction)

@@ -441,10 +441,10 @@ func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borro
 			if e = s.insert(shd, m.hashes[i], it.Key, m.next[i], borrowed); e != nil {
 				m.rm.held--
 				shd.noteIdle(m.next[i].idle)
+				if it.Base != nil || len(shd.specs) > 0 {
+					shd.wrote(e.key, it.Spec, it.Base) // (an existing key's: asSpec)
+				}
 			}
-		}
-		if e != nil && (it.Base != nil || len(shd.specs) > 0) {
-			shd.wrote(e.key, it.Spec, it.Base)
 		}
 		if borrowed {
 			ownKey(it, e)
@@ -511,6 +511,9 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 			shd.m.holdIdle(e)
 		} else if e = s.insert(shd, h, it.Key, next, borrowed); e != nil {
 			shd.noteIdle(next.idle)
+			if it.Base != nil || len(shd.specs) > 0 {
+				shd.wrote(e.key, it.Spec, it.Base) // (an existing key's: asSpec)
+			}
 		} else {
 			s.keys.Add(-1) // (room1 checked the table has room)
 		}
@@ -519,9 +522,6 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 		shd.m.holdIdle(e)
 	} else if e == nil && it.Cost > 0 {
 		s.keys.Add(-1) // refused: the new key room1 counted is not created
-	}
-	if e != nil && dec.Allowed && (it.Base != nil || len(shd.specs) > 0) {
-		shd.wrote(e.key, it.Spec, it.Base)
 	}
 	if borrowed {
 		ownKey(it, e)

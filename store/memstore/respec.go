@@ -25,23 +25,27 @@ func (shd *shard) asSpec(e *tentry, sp, base *store.Spec, cur entry, d, wall int
 	if base == nil && len(shd.specs) == 0 {
 		return cur, true
 	}
-	w := base
-	if ws, ok := shd.specs[e.key]; ok {
-		w = ws
+	w, ok := shd.specs[e.key]
+	if !ok {
+		w = base
 	}
-	if w == nil || w.SameState(sp) {
+	if w == sp || w == nil || w.SameState(sp) {
+		if ok && w != sp {
+			shd.wrote(e.key, sp, base) // (the same state, under sp's name)
+		}
 		return cur, true
 	}
-	st, ok := sp.Convert(w, cur.st, true, store.Now{Mono: d, Wall: wall})
+	st, live := sp.Convert(w, cur.st, true, store.Now{Mono: d, Wall: wall})
 	cur.st = st
-	e.entry, _ = step(store.Item{Spec: sp}, cur, ok, d, wall) // (a new state kept as a state: the same)
+	e.entry, _ = step(store.Item{Spec: sp}, cur, live, d, wall) // (a new state kept as a state: the same)
 	shd.wrote(e.key, sp, base)
 	return e.entry, true
 }
 
-// wrote records that key's state is now written under sp (base: the
-// key's usual spec, nil when sp is). key must be the table's copy (or
-// one the caller does not reuse). Shard locked.
+// wrote records that key's state is written under sp (base: the key's
+// usual spec, nil when sp is). key must be the table's copy (or one the
+// caller does not reuse). Shard locked. The decision paths call it through
+// asSpec (for a key that has a state) and for a key they create.
 func (shd *shard) wrote(key string, sp, base *store.Spec) {
 	if base != nil && !base.SameState(sp) {
 		if shd.specs == nil {
