@@ -100,3 +100,39 @@ func TestBlockedKeyOutlivesItsState(t *testing.T) {
 		t.Fatalf("after the refill: %+v", items[0].Decision)
 	}
 }
+
+// On a Redis Cluster, a request over two slots refused by a blocked key
+// leaves the other slot's bucket as it was (taken, then refunded) and
+// blocks only the key that refused, for every instance.
+func TestClusterPenaltyBox(t *testing.T) {
+	clock := sluice.NewManualClock(storetest.Epoch)
+	p := prefix()
+	a := openCluster(t, redisstore.WithScriptClock(clock), redisstore.WithPrefix(p))
+	b := openCluster(t, redisstore.WithScriptClock(clock), redisstore.WithPrefix(p))
+	ctx := context.Background()
+	login, err := store.NewSpec(store.Limit{Kind: store.TokenBucket, Bucket: bucket.Limit{Capacity: 1, Rate: 1}, BlockFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := mustSpec(t, 10, 1)
+	keys := []string{"login:alice", "global"}
+	if redisstore.Slot(a.Key(store.TokenBucket, keys[0])) == redisstore.Slot(a.Key(store.TokenBucket, keys[1])) {
+		t.Fatal("the keys must be in two slots")
+	}
+	if _, err := a.Take(ctx, []store.Item{{Key: keys[0], Spec: login, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	items := []store.Item{{Key: keys[0], Spec: login, Cost: 1}, {Key: keys[1], Spec: wide, Cost: 4}}
+	if r, err := a.Take(ctx, items); err != nil || r.Allowed || items[0].Decision.RetryAfter != time.Minute || items[1].Decision.Remaining != 10 {
+		t.Fatalf("%+v %v: %+v", r, err, items)
+	}
+	clock.Advance(20 * time.Second)
+	one := []store.Item{{Key: keys[0], Spec: login, Cost: 1}}
+	if _, err := b.Take(ctx, one); err != nil || one[0].Decision.Allowed || one[0].Decision.RetryAfter != 40*time.Second {
+		t.Fatalf("B 20 s in: %+v %v", one[0].Decision, err)
+	}
+	g := []store.Item{{Key: keys[1], Spec: wide, Cost: 10}}
+	if r, err := b.Take(ctx, g); err != nil || !r.Allowed {
+		t.Fatalf("the other slot was refunded and is not blocked: %+v %v", g[0].Decision, err)
+	}
+}
