@@ -1,3 +1,5 @@
+// A descriptor's own limit (Envoy's per-request override) over real gRPC.
+
 package envoyrls_test
 
 import (

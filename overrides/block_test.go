@@ -1,3 +1,5 @@
+// An override's block_for: carried to its effective limit and spec.
+
 package overrides_test
 
 import (

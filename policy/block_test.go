@@ -1,3 +1,5 @@
+// The policy's block_for field: parsed, carried, every problem reported.
+
 package policy_test
 
 import (

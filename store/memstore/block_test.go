@@ -1,3 +1,5 @@
+// The penalty box in the in-memory store: blocks, their countdown, all or nothing.
+
 package memstore_test
 
 import (

@@ -1,3 +1,5 @@
+// The penalty box on Redis: instances sharing a block, expiry, a cluster.
+
 package redisstore_test
 
 import (
