@@ -67,7 +67,8 @@ type OverridesOptions struct {
 //
 // Put, Delete and Changes are one script each, atomic, and each first
 // deletes the records expired by its time (as changes of their own, so
-// every instance is told). Changes with nothing changed is one small
+// every instance is told). A Put or Delete that changes the store also
+// publishes on Channel, which Watch subscribes to. Changes with nothing changed is one small
 // call; a Full answer over more records than a page is read in pages
 // (HSCAN), then brought to one version through the log. Each Redis call
 // is bounded by the store's timeout (WithTimeout) and the caller's
@@ -82,6 +83,7 @@ type Overrides struct {
 	s       *Store
 	opt     OverridesOptions
 	keys    []string
+	channel string // Channel's
 	closed  atomic.Bool
 	skipped atomic.Uint64
 }
@@ -102,7 +104,7 @@ func (s *Store) Overrides(opt OverridesOptions) *Overrides {
 		opt.PageSize = DefaultOverridesPage
 	}
 	base := s.cfg.prefix + OverridesTag + ":"
-	return &Overrides{s: s, opt: opt, keys: []string{base + "meta", base + "records", base + "expiries", base + "log"}}
+	return &Overrides{s: s, opt: opt, keys: []string{base + "meta", base + "records", base + "expiries", base + "log"}, channel: base + "changed"}
 }
 
 // NewOverrides returns the overrides store on client c (which the caller
@@ -221,7 +223,7 @@ func (x *Overrides) Put(ctx context.Context, o overrides.Override) (overrides.Ov
 	cctx, cancel := x.s.ctx(ctx)
 	defer cancel()
 	r := overridesPut.Exec(cctx, x.s.c, x.keys, []string{OverridesField(o.Key()), string(b[:i]), string(b[i:j]), string(b[j:]),
-		exp, strconv.Itoa(x.opt.Max), strconv.Itoa(x.opt.LogSize), x.now(), candidate()})
+		exp, strconv.Itoa(x.opt.Max), strconv.Itoa(x.opt.LogSize), x.now(), candidate(), x.channel})
 	a, err := r.ToArray()
 	if err != nil {
 		return overrides.Override{}, x.s.fail("overrides", err)
@@ -253,7 +255,7 @@ func (x *Overrides) Delete(ctx context.Context, name string, m map[string]string
 	k := overrides.KeyOf(name, m)
 	cctx, cancel := x.s.ctx(ctx)
 	defer cancel()
-	n, err := overridesDelete.Exec(cctx, x.s.c, x.keys, []string{OverridesField(k), strconv.Itoa(x.opt.LogSize), x.now(), candidate()}).AsInt64()
+	n, err := overridesDelete.Exec(cctx, x.s.c, x.keys, []string{OverridesField(k), strconv.Itoa(x.opt.LogSize), x.now(), candidate(), x.channel}).AsInt64()
 	if err != nil {
 		return x.s.fail("overrides", err)
 	}

@@ -71,10 +71,11 @@ end
 `
 
 // overridesPut: ARGV field, head, created, tail, expiry (ms, or empty), max,
-// log size, now (ms, or empty: Redis TIME), epoch candidate. The record
-// stored is head .. created .. tail, where created is the live record's
-// created_at when there is one. Returns {-1} at the cap (nothing
-// changed), else {epoch, counter, record}.
+// log size, now (ms, or empty: Redis TIME), epoch candidate, channel. The
+// record stored is head .. created .. tail, where created is the live
+// record's created_at when there is one; the change is announced on
+// channel (PUBLISH epoch:counter). Returns {-1} at the cap (nothing
+// changed, nothing published), else {epoch, counter, record}.
 var overridesPut = rueidis.NewLuaScript(overridesLib + `
 local size = tonumber(ARGV[7])
 expire(now_ms(ARGV[8]), ARGV[9], size)
@@ -97,11 +98,14 @@ end
 local v = bump(1, ARGV[9])
 redis.call('ZADD', KEYS[4], v, ARGV[1])
 trim(size)
-return {redis.call('HGET', KEYS[1], 'e'), v, rec}
+local e = redis.call('HGET', KEYS[1], 'e')
+redis.call('PUBLISH', ARGV[10], e .. ':' .. v)
+return {e, v, rec}
 `)
 
-// overridesDelete: ARGV field, log size, now, epoch candidate. Returns 0
-// when there is no live record of field (nothing changed), else 1.
+// overridesDelete: ARGV field, log size, now, epoch candidate, channel.
+// Returns 0 when there is no live record of field (nothing changed,
+// nothing published), else 1, the change announced on channel as Put's.
 var overridesDelete = rueidis.NewLuaScript(overridesLib + `
 local size = tonumber(ARGV[2])
 expire(now_ms(ARGV[3]), ARGV[4], size)
@@ -110,6 +114,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 local v = bump(1, ARGV[4])
 redis.call('ZADD', KEYS[4], v, ARGV[1])
 trim(size)
+redis.call('PUBLISH', ARGV[5], redis.call('HGET', KEYS[1], 'e') .. ':' .. v)
 return 1
 `)
 
