@@ -29,8 +29,8 @@
 //     round trip) returns its booking exactly; Settle and SettleCharge
 //     correct the store's buckets (a settle whose store write failed may
 //     be tried again); a cost-0 call waits behind the line;
-//   - in-flight slots are the store's leases: a slot is renewed every
-//     LeaseTTL/3 until its call ends and returns LeaseTTL after a worker
+//   - in-flight slots are held in the store: a slot is renewed every
+//     SlotTTL/3 until its call ends and returns SlotTTL after a worker
 //     that crashed holding it stopped renewing it. A caller waiting only
 //     for a slot tries again when this process frees one, else after a
 //     jittered pause of at most 50 ms (a slot freed elsewhere sends no
@@ -49,7 +49,7 @@
 //     [ReasonStoreError]); store/failover decides what an outage means.
 //
 // StartEmpty does not apply to a shared gate (its buckets start full in
-// the store), and MaxInFlight needs a store that can renew leases
+// the store), and MaxInFlight needs a store that can renew slots
 // (store.Renewer: every store of this module).
 package gate
 
@@ -135,11 +135,15 @@ type Config struct {
 	// on any host, shares one budget. See "Shared gates" in the package
 	// documentation. Nil: the gate lives in this process alone.
 	Store store.Store
-	// LeaseTTL is, for a shared gate with MaxInFlight, how long an
+	// SlotTTL is, for a shared gate with MaxInFlight, how long an
 	// in-flight slot outlives a worker that holds it and stops renewing it
-	// (a crash): a slot is renewed every LeaseTTL/3 from its booking until
-	// its call ends. 0 means DefaultLeaseTTL (30 s); otherwise at least
-	// MinLeaseTTL.
+	// (a crash): a slot is renewed every SlotTTL/3 from its booking until
+	// its call ends. 0 means DefaultSlotTTL (30 s); otherwise at least
+	// MinSlotTTL.
+	SlotTTL time.Duration
+	// LeaseTTL is the former name of SlotTTL, used when SlotTTL is 0.
+	//
+	// Deprecated: use SlotTTL.
 	LeaseTTL time.Duration
 	// Rand, if set, draws the retry jitter (a seeded source makes retries
 	// reproducible); nil uses math/rand/v2's global source. It is used under

@@ -18,13 +18,23 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// DefaultLeaseTTL is the default of Config.LeaseTTL: how long a shared
+// DefaultSlotTTL is the default of Config.SlotTTL: how long a shared
 // gate's in-flight slot outlives a worker that crashed holding it.
-const DefaultLeaseTTL = 30 * time.Second
+const DefaultSlotTTL = 30 * time.Second
 
-// MinLeaseTTL is the shortest Config.LeaseTTL: a slot is renewed every
+// MinSlotTTL is the shortest Config.SlotTTL: a slot is renewed every
 // third of it, each renewal a store round trip.
-const MinLeaseTTL = 30 * time.Millisecond
+const MinSlotTTL = 30 * time.Millisecond
+
+// DefaultLeaseTTL is the former name of DefaultSlotTTL.
+//
+// Deprecated: use DefaultSlotTTL.
+const DefaultLeaseTTL = DefaultSlotTTL
+
+// MinLeaseTTL is the former name of MinSlotTTL.
+//
+// Deprecated: use MinSlotTTL.
+const MinLeaseTTL = MinSlotTTL
 
 // MaxSharedWait is the longest a caller of a shared gate may wait for
 // admission: a later one is refused with sluice.ErrWaitTooLong even when
@@ -56,19 +66,22 @@ type shared struct {
 // "gate:{NAME}:in_flight" (NAME and DIMENSION with ':', '{', '}' and '%'
 // escaped as %XX), in one Redis Cluster hash slot.
 func newShared(cfg Config, name string) (*shared, error) {
+	if cfg.SlotTTL == 0 {
+		cfg.SlotTTL = cfg.LeaseTTL // the deprecated name
+	}
 	switch {
 	case cfg.StartEmpty:
 		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: StartEmpty does not apply with a Store (the buckets live in the store and start full there)")
-	case cfg.LeaseTTL < 0 || cfg.LeaseTTL > 0 && cfg.LeaseTTL < MinLeaseTTL:
-		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: LeaseTTL %v must be 0 (the default, %v) or at least %v", cfg.LeaseTTL, DefaultLeaseTTL, MinLeaseTTL)
+	case cfg.SlotTTL < 0 || cfg.SlotTTL > 0 && cfg.SlotTTL < MinSlotTTL:
+		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: SlotTTL %v must be 0 (the default, %v) or at least %v", cfg.SlotTTL, DefaultSlotTTL, MinSlotTTL)
 	}
 	if cfg.MaxInFlight > 0 && !store.CanRenew(cfg.Store) {
-		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: Store %T cannot renew leases (store.CanRenew), which MaxInFlight needs", cfg.Store)
+		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: Store %T cannot renew slots (store.CanRenew), which MaxInFlight needs", cfg.Store)
 	}
 	base := "gate:{" + string(gateKeyEsc.Append(nil, name)) + "}:"
-	sh := &shared{st: cfg.Store, ttl: cfg.LeaseTTL, freed: make(chan struct{}, 1)}
+	sh := &shared{st: cfg.Store, ttl: cfg.SlotTTL, freed: make(chan struct{}, 1)}
 	if sh.ttl == 0 {
-		sh.ttl = DefaultLeaseTTL
+		sh.ttl = DefaultSlotTTL
 	}
 	sp, err := store.NewBucketSpec(cfg.Limit)
 	if err != nil {
@@ -84,7 +97,7 @@ func newShared(cfg Config, name string) (*shared, error) {
 		sh.keys = append(sh.keys, base+"d:"+string(gateKeyEsc.Append(nil, d.Name)))
 	}
 	if cfg.MaxInFlight > 0 {
-		sh.slots = &store.Spec{Kind: store.Concurrency, MaxInFlight: int64(cfg.MaxInFlight), LeaseTTL: sh.ttl}
+		sh.slots = &store.Spec{Kind: store.Concurrency, MaxInFlight: int64(cfg.MaxInFlight), SlotTTL: sh.ttl}
 		sh.slotKey = base + "in_flight"
 	}
 	sh.last = make([]atomic.Int64, len(sh.specs))
@@ -125,13 +138,13 @@ func (sh *shared) items(cost int64, ch []int64, queued bool, limit time.Time) ([
 }
 
 // sharedHold is what an admission of a shared gate holds: its bookings
-// (to settle or cancel) and its slot's lease (renewed while it is held).
+// (to settle or cancel) and its slot (renewed while it is held).
 type sharedHold struct {
 	g       *Gate
 	costs   []int64 // per budget
 	before  []int64 // per budget: RefundBefore
 	settled []uint8 // per budget: 0 not settled, 1 being settled, 2 settled
-	lease   store.Lease
+	slots   store.Slots
 	mu      sync.Mutex
 	renew   *time.Timer
 	done    bool
@@ -300,7 +313,7 @@ func (sh *shared) await(ctx context.Context, poll int, d time.Duration) error {
 // now on, so that it is held while its caller sleeps until its turn too.
 func (sh *shared) hold(g *Gate, items []store.Item, at []int, res store.Result) *sharedHold {
 	h := &sharedHold{g: g, costs: make([]int64, len(sh.specs)), before: make([]int64, len(sh.specs)),
-		settled: make([]uint8, len(sh.specs)), lease: res.Lease}
+		settled: make([]uint8, len(sh.specs)), slots: res.Slots}
 	for j, i := range at {
 		h.costs[i], h.before[i] = items[j].Cost, items[j].RefundBefore
 	}
@@ -360,9 +373,9 @@ func (g *Gate) pauseFor(ch []int64) time.Duration {
 	return max(p, 0)
 }
 
-// startRenewing renews the slot's lease every third of its TTL while held.
+// startRenewing renews the slot every third of its TTL while held.
 func (h *sharedHold) startRenewing() {
-	if h.lease.ID == "" {
+	if h.slots.ID == "" {
 		return
 	}
 	sh := h.g.sh
@@ -371,7 +384,7 @@ func (h *sharedHold) startRenewing() {
 	defer h.mu.Unlock()
 	h.renew = time.AfterFunc(every, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		err := store.Renew(ctx, sh.st, h.lease, sh.ttl)
+		err := store.Renew(ctx, sh.st, h.slots, sh.ttl)
 		cancel()
 		if err != nil {
 			h.g.logWarn("gate: renewing an in-flight slot failed (it returns at its TTL if this goes on)", err)
@@ -450,11 +463,11 @@ func (h *sharedHold) stop() bool {
 // freeSlot releases the hold's slot, if it took one, and wakes a caller of
 // this process waiting for one.
 func (h *sharedHold) freeSlot() {
-	if h.lease.ID == "" {
+	if h.slots.ID == "" {
 		return
 	}
 	sh := h.g.sh
-	if err := sh.st.Release(context.Background(), h.lease); err != nil {
+	if err := sh.st.Release(context.Background(), h.slots); err != nil {
 		h.g.logWarn("gate: releasing an in-flight slot failed (it returns at its TTL)", err)
 	}
 	select {

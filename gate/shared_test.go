@@ -172,12 +172,12 @@ func TestSharedDimensions(t *testing.T) {
 	})
 }
 
-// In-flight slots are the store's leases: shared, handed on when released
+// In-flight slots are held in the store: shared, handed on when released
 // (in this process at once, from another after a short poll), renewed while
-// a call runs, and back after LeaseTTL when their holder stops renewing.
+// a call runs, and back after SlotTTL when their holder stops renewing.
 func TestSharedSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := gate.Config{Limit: bucket.PerSecond(1000), MaxInFlight: 1, MaxQueue: 10, MaxWait: time.Hour, LeaseTTL: 3 * time.Second}
+		cfg := gate.Config{Limit: bucket.PerSecond(1000), MaxInFlight: 1, MaxQueue: 10, MaxWait: time.Hour, SlotTTL: 3 * time.Second}
 		a, b, st := sharedPair(t, cfg)
 		ctx := context.Background()
 		start := time.Now()
@@ -206,13 +206,13 @@ func TestSharedSlots(t *testing.T) {
 			t.Fatalf("rule: a released slot reaches a waiter of another gate within a poll (<= 50 ms): at %v", d)
 		}
 		// A crashed holder: a slot taken and never renewed nor released.
-		items := []store.Item{{Key: "gate:{llm}:in_flight", Spec: &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: 3 * time.Second}, Cost: 1}}
+		items := []store.Item{{Key: "gate:{llm}:in_flight", Spec: &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, SlotTTL: 3 * time.Second}, Cost: 1}}
 		if r, err := st.Take(ctx, items); err != nil || !r.Allowed {
 			t.Fatalf("the slot's key is gate:{NAME}:in_flight: %+v %v", r, err)
 		}
 		t0 := time.Now()
 		if err := b.Do(ctx, 1, nop); err != nil || time.Since(t0) < 3*time.Second || time.Since(t0) > 3*time.Second+60*time.Millisecond {
-			t.Fatalf("rule: a crashed worker's slot returns after LeaseTTL (3 s): %v after %v", err, time.Since(t0))
+			t.Fatalf("rule: a crashed worker's slot returns after SlotTTL (3 s): %v after %v", err, time.Since(t0))
 		}
 	})
 }
@@ -275,7 +275,7 @@ func TestSharedConfigErrors(t *testing.T) {
 	defer st.Close()
 	for _, cfg := range []gate.Config{
 		{Limit: bucket.PerSecond(1), Store: st, StartEmpty: true},
-		{Limit: bucket.PerSecond(1), Store: st, LeaseTTL: -time.Second, MaxInFlight: 1},
+		{Limit: bucket.PerSecond(1), Store: st, SlotTTL: -time.Second, MaxInFlight: 1},
 		{Limit: bucket.PerSecond(1), Store: noRenew{st}, MaxInFlight: 1},
 	} {
 		if g, err := gate.New(cfg); err == nil || g != nil || !errors.Is(err, sluice.ErrInvalidLimit) {
@@ -310,7 +310,7 @@ func (s *slowStore) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	return s.Store.Adjust(ctx, adj)
 }
 
-func (s *slowStore) Renew(ctx context.Context, l store.Lease, ttl time.Duration) error {
+func (s *slowStore) Renew(ctx context.Context, l store.Slots, ttl time.Duration) error {
 	return store.Renew(ctx, s.Store, l, ttl)
 }
 
@@ -327,11 +327,11 @@ func slowGate(t *testing.T, st store.Store, cfg gate.Config) *gate.Gate {
 	return g
 }
 
-// A caller booked to wait longer than LeaseTTL keeps its slot while it
+// A caller booked to wait longer than SlotTTL keeps its slot while it
 // sleeps (the slot is renewed from the booking on).
 func TestSharedSlotHeldWhileBooked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := gate.Config{Limit: bucket.Limit{Capacity: 1, Rate: 0.1}, MaxInFlight: 1, MaxQueue: 10, MaxWait: time.Minute, LeaseTTL: 3 * time.Second}
+		cfg := gate.Config{Limit: bucket.Limit{Capacity: 1, Rate: 0.1}, MaxInFlight: 1, MaxQueue: 10, MaxWait: time.Minute, SlotTTL: 3 * time.Second}
 		a, _, st := sharedPair(t, cfg)
 		ctx := context.Background()
 		a.Do(ctx, 1, nop) // the token; the next is due in 10 s
@@ -343,9 +343,9 @@ func TestSharedSlotHeldWhileBooked(t *testing.T) {
 		})
 		synctest.Wait()
 		time.Sleep(5 * time.Second) // past the TTL, before its turn
-		slot := []store.Item{{Key: "gate:{llm}:in_flight", Spec: &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: 3 * time.Second}}}
+		slot := []store.Item{{Key: "gate:{llm}:in_flight", Spec: &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, SlotTTL: 3 * time.Second}}}
 		if _, err := st.Take(ctx, slot); err != nil || slot[0].Decision.Remaining != 0 {
-			t.Fatalf("rule: a booked caller holds its slot while it sleeps, past LeaseTTL: %+v %v", slot[0].Decision, err)
+			t.Fatalf("rule: a booked caller holds its slot while it sleeps, past SlotTTL: %+v %v", slot[0].Decision, err)
 		}
 		wg.Wait()
 	})

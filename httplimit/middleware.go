@@ -198,8 +198,8 @@ func (m *Middleware) Handle(next http.Handler) http.Handler {
 			return
 		}
 		h.Set(w.Header())
-		if res.Lease.ID != "" {
-			defer m.l.Release(context.WithoutCancel(r.Context()), res.Lease)
+		if res.Slots.ID != "" {
+			defer m.l.Release(context.WithoutCancel(r.Context()), res.Slots)
 		}
 		next.ServeHTTP(w, r)
 	})

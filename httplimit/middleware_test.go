@@ -262,7 +262,7 @@ type failing struct{}
 func (failing) Take(context.Context, []store.Item) (store.Result, error) {
 	return store.Result{}, errors.New("down")
 }
-func (failing) Release(context.Context, store.Lease) error       { return nil }
+func (failing) Release(context.Context, store.Slots) error       { return nil }
 func (failing) Adjust(context.Context, []store.Adjustment) error { return nil }
 func (failing) Close() error                                     { return nil }
 

@@ -67,7 +67,7 @@ func TestPerLimitCosts(t *testing.T) {
 	if got := remaining(t, l, "k"); got["rpm"] != 59 || got["tpm"] != 9050 {
 		t.Fatalf("after settling tpm to 950: %v", got)
 	}
-	l.Release(ctx, res.Lease)
+	l.Release(ctx, res.Slots)
 
 	// actual for the others, actuals for the named ones
 	res, _ = l.Check(ctx, limiter.Request{Descriptors: d, Costs: map[string]int64{"tpm": 100}, Receipt: true})
@@ -77,7 +77,7 @@ func TestPerLimitCosts(t *testing.T) {
 	if got := remaining(t, l, "k"); got["rpm"] != 59 || got["tpm"] != 8750 {
 		t.Fatalf("after settling rpm to 0 and tpm to 300: %v", got)
 	}
-	l.Release(ctx, res.Lease)
+	l.Release(ctx, res.Slots)
 
 	// a per-limit cost of 0 now, charged at settle
 	res, _ = l.Check(ctx, limiter.Request{Descriptors: d, Costs: map[string]int64{"tpm": 0}, Receipt: true})
@@ -87,7 +87,7 @@ func TestPerLimitCosts(t *testing.T) {
 	if got := remaining(t, l, "k"); got["rpm"] != 58 || got["tpm"] != 8000 {
 		t.Fatalf("after a 0 estimate settled to 750: %v", got)
 	}
-	l.Release(ctx, res.Lease)
+	l.Release(ctx, res.Slots)
 }
 
 // Bad per-limit costs are clear errors and take nothing.

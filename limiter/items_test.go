@@ -92,7 +92,7 @@ func TestOneRequestOneSetOfItems(t *testing.T) {
 			if fmt.Sprint(one.took) != fmt.Sprint(many.took) {
 				t.Fatalf("Check took %v, CheckMany %v", one.took, many.took)
 			}
-			r1.Lease, rm.Results[0].Lease = store.Lease{}, store.Lease{}
+			r1.Slots, rm.Results[0].Slots = store.Slots{}, store.Slots{}
 			if fmt.Sprintf("%+v", r1.Limits) != fmt.Sprintf("%+v", rm.Results[0].Limits) || r1.Cost != rm.Results[0].Cost {
 				t.Fatalf("statuses differ:\nCheck     %+v\nCheckMany %+v", r1, rm.Results[0])
 			}

@@ -411,7 +411,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		l.logf(slog.LevelError, "rate limit: store failed", slog.String("error", err.Error()))
 		return fmt.Errorf("limiter: %w", err)
 	}
-	res.Allowed, res.Lease, res.RetryAfter = r.Allowed, r.Lease, 0
+	res.Allowed, res.Slots, res.RetryAfter = r.Allowed, r.Slots, 0
 	for i := range items {
 		d := items[i].Decision
 		st := &res.Limits[i]
@@ -533,9 +533,9 @@ func (l *Limiter) cancelBooking(items []store.Item, res *Result, wait time.Durat
 	if err := l.st.Adjust(ctx, adj); err != nil {
 		l.logf(slog.LevelError, "rate limit: a cancelled booking could not be returned", slog.String("error", err.Error()))
 	}
-	if res.Lease.ID != "" {
-		l.st.Release(ctx, res.Lease)
-		res.Lease = store.Lease{}
+	if res.Slots.ID != "" {
+		l.st.Release(ctx, res.Slots)
+		res.Slots = store.Slots{}
 	}
 	res.Allowed, res.RetryAfter = false, wait
 	for i := range items {
@@ -557,10 +557,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Release frees a lease's in-flight slots.
-func (l *Limiter) Release(ctx context.Context, lease store.Lease) error {
-	if lease.ID == "" {
+// Release frees in-flight slots.
+func (l *Limiter) Release(ctx context.Context, slots store.Slots) error {
+	if slots.ID == "" {
 		return nil
 	}
-	return l.st.Release(ctx, lease)
+	return l.st.Release(ctx, slots)
 }

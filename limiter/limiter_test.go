@@ -163,13 +163,13 @@ func TestInFlightLeases(t *testing.T) {
 	l, _ := newLimiter(t)
 	k := limiter.Request{Descriptors: map[string]string{"api_key": "k1"}}
 	r1, r2 := check(t, l, k), check(t, l, k)
-	if !r1.Allowed || !r2.Allowed || r1.Lease.ID == "" {
+	if !r1.Allowed || !r2.Allowed || r1.Slots.ID == "" {
 		t.Fatalf("%+v %+v", r1, r2)
 	}
 	if r := check(t, l, k); r.Allowed || status(r, "tool_calls").Allowed {
 		t.Fatalf("third: %+v", r)
 	}
-	if err := l.Release(context.Background(), r1.Lease); err != nil {
+	if err := l.Release(context.Background(), r1.Slots); err != nil {
 		t.Fatal(err)
 	}
 	if r := check(t, l, k); !r.Allowed {

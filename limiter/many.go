@@ -22,8 +22,8 @@ type ManyResult struct {
 	Allowed bool
 	// RetryAfter is, when refused, the wait until every limit could admit.
 	RetryAfter time.Duration
-	// Lease holds the in-flight slots taken, if any.
-	Lease store.Lease
+	// Slots holds the in-flight slots taken, if any.
+	Slots store.Slots
 	// Results has one result per request, in order: its own limits'
 	// statuses, and Allowed when all of them could admit.
 	Results []Result
@@ -98,7 +98,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			l.m.errors.Inc()
 			return ManyResult{}, fmt.Errorf("limiter: %w", err)
 		}
-		out.Allowed, out.Lease = res.Allowed, res.Lease
+		out.Allowed, out.Slots = res.Allowed, res.Slots
 	}
 	out.Allowed = out.Allowed && !denied
 	for j := range shadow { // (names: the key's limit prefix, for the log)

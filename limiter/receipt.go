@@ -80,7 +80,7 @@ func (l *Limiter) UnmarshalReceipt(b []byte) (Receipt, error) {
 
 // Settle replaces the cost an admitted request took (its receipt) by
 // actual, once per receipt (ErrSettled after; a receipt decoded by
-// UnmarshalReceipt is a new one, whose owner — the server's lease book —
+// UnmarshalReceipt is a new one, whose owner — the server's book —
 // settles it once), for costs known only afterwards (LLM tokens, bytes): a smaller
 // actual returns the difference to every limit it was taken from, exactly,
 // as long as those tokens are not yet refilled (later, nothing is returned:

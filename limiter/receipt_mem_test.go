@@ -56,7 +56,7 @@ func receiptBytes(t *testing.T, n int, marshal func(limiter.Receipt) ([]byte, er
 		if sample == nil {
 			sample = rc
 		}
-		if _, err := b.AddLease(ctx, book.Record{Receipt: rc}); err != nil {
+		if _, err := b.AddRecord(ctx, book.Record{Receipt: rc}); err != nil {
 			t.Fatal(err)
 		}
 	}

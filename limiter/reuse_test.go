@@ -73,7 +73,7 @@ func TestStatusKeysOutliveLaterChecks(t *testing.T) {
 			}
 		}
 	}
-	if keys := all[0].r.Lease.Keys; len(keys) != 1 || keys[0] != "slots:slots:x" {
+	if keys := all[0].r.Slots.Keys; len(keys) != 1 || keys[0] != "slots:slots:x" {
 		t.Errorf("lease keys %q", keys)
 	}
 	b, err := all[0].r.Receipt.MarshalBinary()

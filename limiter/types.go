@@ -49,7 +49,7 @@ type Request struct {
 	// Reserve, with MaxWait, books without sleeping: an admitted Result's
 	// Wait says when the request may act. It implies Receipt: a caller that
 	// gives up returns the booking with Settle(res.Receipt, 0) before the
-	// wait is over (and Release(res.Lease) frees its in-flight slots).
+	// wait is over (and Release(res.Slots) frees its in-flight slots).
 	Reserve bool
 	// Retry marks a retried request, counted apart from original ones.
 	Retry bool
@@ -137,9 +137,9 @@ type Result struct {
 	// RetryAfter is, when refused, the wait until every limit could admit
 	// (the largest of their waits).
 	RetryAfter time.Duration
-	// Lease holds in-flight slots taken by max_in_flight limits; release
+	// Slots holds in-flight slots taken by max_in_flight limits; release
 	// it with Limiter.Release (it also expires after the limit's lease_ttl).
-	Lease store.Lease
+	Slots store.Slots
 	// Limits is the status of each applicable limit, in policy order.
 	Limits []LimitStatus
 	// Cost is the cost the request was charged (or would have been).

@@ -236,12 +236,12 @@ func parseWindow(f *limitFields, l *Limit) {
 }
 
 // parseConcurrency validates a concurrency limit: max_in_flight held at
-// once, each lease expiring after lease_ttl.
+// once, each slot expiring after lease_ttl.
 func parseConcurrency(f *limitFields, l *Limit) {
 	m, okM := f.atLeastOne("max_in_flight")
-	ttl, okT := f.positive("lease_ttl", "missing lease_ttl (how long an unreleased lease holds its slot)")
+	ttl, okT := f.positive("lease_ttl", "missing lease_ttl (how long an unreleased slot is held)")
 	if okM && okT {
-		l.MaxInFlight, l.LeaseTTL = m, ttl
+		l.MaxInFlight, l.SlotTTL = m, ttl
 	}
 }
 

@@ -23,7 +23,7 @@
 //	    window: 24h
 //	  - name: tool_calls
 //	    key: "api_key:{api_key}"
-//	    max_in_flight: 5             # concurrency limit (held until released or its lease expires)
+//	    max_in_flight: 5             # concurrency limit (held until released or its slot expires)
 //	    lease_ttl: 30s
 //	    on_store_error: fail_closed  # optional: fail_open | fail_closed | local; default the server's
 //	costs:                           # optional cost per request class; a request's own cost wins
@@ -96,7 +96,7 @@ type Limit struct {
 	When map[string]string // descriptors that must match exactly
 
 	// Limit is the limit's kind and the fields of that kind (Kind, Bucket,
-	// Window, MaxInFlight, LeaseTTL, Quota), with what its kind makes of
+	// Window, MaxInFlight, SlotTTL, Quota), with what its kind makes of
 	// them: Capacity, Shape (the terms shown: rate, window, period, span),
 	// LogAttrs, As (store's kind table).
 	store.Limit

@@ -28,7 +28,7 @@ func TestExamplePolicy(t *testing.T) {
 	if u := p.Limit("user_daily"); u.Kind != policy.SlidingWindow || u.Window != (window.Limit{Limit: 10000, Window: 24 * time.Hour}) {
 		t.Fatalf("user_daily %+v", u)
 	}
-	if c := p.Limit("tool_calls"); c.Kind != policy.Concurrency || c.MaxInFlight != 5 || c.LeaseTTL != 30*time.Second {
+	if c := p.Limit("tool_calls"); c.Kind != policy.Concurrency || c.MaxInFlight != 5 || c.SlotTTL != 30*time.Second {
 		t.Fatalf("tool_calls %+v", c)
 	}
 	desc := map[string]string{"tenant": "acme", "route": "/export", "user": "u:1"}

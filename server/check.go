@@ -31,7 +31,7 @@ type CheckRequest struct {
 	Costs     CostMap `json:"costs"`
 	MaxWaitMS int64   `json:"max_wait_ms"`
 	// Reserve, with MaxWaitMS, books without holding the request: the
-	// answer comes at once with WaitMS (act after it) and a lease
+	// answer comes at once with WaitMS (act after it) and a receipt id
 	// (limiter.Request.Reserve).
 	Reserve   bool   `json:"reserve"`
 	Retry     bool   `json:"retry"`
@@ -118,7 +118,7 @@ func (c *CheckRequest) Fingerprint() string {
 type CheckResponse struct {
 	Allowed      bool   `json:"allowed"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
-	Lease        string `json:"lease,omitempty"`
+	ReceiptID    string `json:"lease,omitempty"`
 	// WaitMS answers a reserve: how many ms from now the request may act
 	// (rounded up; 0: at once). Absent for other checks.
 	WaitMS *int64                `json:"wait_ms,omitempty"`
@@ -249,22 +249,22 @@ func (s *Server) reply(r *http.Request, res limiter.Result, reserve bool) *reply
 		p := answer.Deny(denied)
 		resp.Error, resp.Code, resp.Limit = p.Msg, p.Code, p.Limit
 	}
-	if res.Allowed && (res.Lease.ID != "" || !res.Receipt.Empty()) {
-		rec := book.Record{Slots: res.Lease, SlotsTTL: s.slotsTTL(res)}
+	if res.Allowed && (res.Slots.ID != "" || !res.Receipt.Empty()) {
+		rec := book.Record{Slots: res.Slots, SlotsTTL: s.slotsTTL(res)}
 		if !res.Receipt.Empty() {
 			rec.Receipt, _ = res.Receipt.MarshalCompact() // (the compact form: about a third of the JSON)
 		}
-		id, err := s.book.AddLease(r.Context(), rec)
+		id, err := s.book.AddRecord(r.Context(), rec)
 		if err != nil {
-			// Admitted, but the lease could not be recorded: no lease id
+			// Admitted, but the receipt record could not be written: no receipt id
 			// is handed out (every id answered can be released and
 			// settled); the slots expire by their TTL and the cost stands
 			// as charged. (A shared store's book behind the failover
 			// wrapper records it in process instead: failover.Book.)
-			s.leaseLog.Log(slog.String("error", err.Error()))
+			s.recordLog.Log(slog.String("error", err.Error()))
 			id = ""
 		}
-		resp.Lease = id
+		resp.ReceiptID = id
 	}
 	body, _ := json.Marshal(resp)
 	a := &reply{Status: http.StatusOK, Headers: http.Header{}, Body: append(body, '\n')}
@@ -282,21 +282,21 @@ func (s *Server) reply(r *http.Request, res limiter.Result, reserve bool) *reply
 // slotsTTL is how long a result's in-flight slots live: the longest
 // lease_ttl of its max_in_flight limits.
 func (s *Server) slotsTTL(res limiter.Result) time.Duration {
-	if res.Lease.ID == "" {
+	if res.Slots.ID == "" {
 		return 0
 	}
 	p := s.cfg.Limiter.Policy()
 	var ttl time.Duration
 	for _, st := range res.Limits {
 		if l := p.Limit(st.Name); l != nil {
-			ttl = max(ttl, l.LeaseTTL)
+			ttl = max(ttl, l.SlotTTL)
 		}
 	}
 	return ttl
 }
 
 type releaseRequest struct {
-	Lease string `json:"lease"`
+	ReceiptID string `json:"lease"`
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
@@ -304,14 +304,14 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	if req.Lease == "" {
+	if req.ReceiptID == "" {
 		fail(w, answer.BadRequest, "lease is missing")
 		return
 	}
-	slots, err := s.book.Slots(r.Context(), req.Lease)
+	slots, err := s.book.Slots(r.Context(), req.ReceiptID)
 	switch {
 	case errors.Is(err, book.ErrUnknown):
-		fail(w, answer.UnknownLease, "no lease %.64q (never issued, or its slots and receipt have expired)", req.Lease)
+		fail(w, answer.UnknownLease, "no lease %.64q (never issued, or its slots and receipt have expired)", req.ReceiptID)
 		return
 	case err != nil:
 		fail(w, answer.StoreError, "%v", err)
@@ -385,7 +385,7 @@ func (b badReceipt) Error() string { return b.err.Error() }
 
 // SettleRequest is the body of POST /v1/settle.
 type SettleRequest struct {
-	Lease      string `json:"lease"`
+	ReceiptID  string `json:"lease"`
 	ActualCost *int64 `json:"actual_cost"`
 	// ActualCosts settles the limits it names with their own actual cost;
 	// the others settle with ActualCost when given, else keep what they
@@ -399,7 +399,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case req.Lease == "":
+	case req.ReceiptID == "":
 		fail(w, answer.BadRequest, "lease is missing")
 		return
 	case req.ActualCost == nil && len(req.ActualCosts) == 0:
@@ -420,7 +420,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		actual = *req.ActualCost
 	}
 	var rec limiter.Receipt
-	_, err := s.book.TakeReceipt(r.Context(), req.Lease, func(raw []byte) error {
+	_, err := s.book.TakeReceipt(r.Context(), req.ReceiptID, func(raw []byte) error {
 		var err error
 		if rec, err = s.cfg.Limiter.UnmarshalReceipt(raw); err != nil {
 			return badReceipt{err}
@@ -431,17 +431,17 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	var br badReceipt
 	switch {
 	case errors.As(err, &ce), errors.Is(err, limiter.ErrUnknownLimit):
-		answer.Classify(err).Write(w) // nothing changed: the lease can be settled again
+		answer.Classify(err).Write(w) // nothing changed: the receipt can be settled again
 		return
 	case errors.Is(err, book.ErrUnknown):
-		fail(w, answer.UnknownLease, "no lease %.64q (never issued, or older than the lease window)", req.Lease)
+		fail(w, answer.UnknownLease, "no lease %.64q (never issued, or older than --lease-window)", req.ReceiptID)
 		return
 	case errors.Is(err, book.ErrDropped):
 		fail(w, answer.ReceiptDropped,
-			"the receipt of lease %.64q was dropped: more than the --max-receipts cap were held (its cost stands as charged)", req.Lease)
+			"the receipt of lease %.64q was dropped: more than the --max-receipts cap were held (its cost stands as charged)", req.ReceiptID)
 		return
 	case errors.Is(err, book.ErrSettled):
-		fail(w, answer.AlreadySettled, "lease %.64q was settled already (or took no cost)", req.Lease)
+		fail(w, answer.AlreadySettled, "lease %.64q was settled already (or took no cost)", req.ReceiptID)
 		return
 	case errors.As(err, &br):
 		fail(w, answer.BadReceipt, "%v", br.err)

@@ -19,7 +19,7 @@ type limitView struct {
 	Capacity  int64             `json:"capacity"`
 	Refill    float64           `json:"refill_per_second,omitempty"`
 	Window    string            `json:"window,omitempty"`
-	LeaseTTL  string            `json:"lease_ttl,omitempty"`
+	SlotTTL   string            `json:"lease_ttl,omitempty"`
 	Period    string            `json:"period,omitempty"`
 	Timezone  string            `json:"timezone,omitempty"`
 	// OnStoreError is the limit's own on_store_error (absent: the
@@ -36,7 +36,7 @@ type limitView struct {
 func viewOf(l *policy.Limit, shadow bool) limitView {
 	sh := l.Shape() // (each field its kind's, zero and omitted for others)
 	return limitView{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When,
-		Capacity: sh.Capacity, Refill: sh.Rate, Window: durationField(sh.Window), LeaseTTL: durationField(sh.LeaseTTL),
+		Capacity: sh.Capacity, Refill: sh.Rate, Window: durationField(sh.Window), SlotTTL: durationField(sh.SlotTTL),
 		Period: sh.Period, Timezone: sh.Timezone, OnStoreError: l.OnStoreError, Shadow: shadow}
 }
 

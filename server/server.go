@@ -1,6 +1,6 @@
 // Package server is sluice's HTTP/JSON rate-limit service: POST /v1/check
 // decides a request against the policy in force, POST /v1/release frees
-// in-flight leases, and GET /healthz, /readyz, /metrics and /v1/policy
+// in-flight slots, and GET /healthz, /readyz, /metrics and /v1/policy
 // report on the service.
 package server
 
@@ -62,14 +62,14 @@ type Config struct {
 	// (default 100,000).
 	IdempotencyWindow time.Duration
 	IdempotencyKeys   int
-	// LeaseWindow is how long a check's receipt is kept for /v1/settle
+	// ReceiptWindow is how long a check's receipt is kept for /v1/settle
 	// (default 10 minutes); MaxReceipts caps how many are (default
 	// 1,000,000; the oldest dropped first, counted in
-	// sluice_receipts_dropped_total). A lease holding in-flight slots is
+	// sluice_receipts_dropped_total). A record holding in-flight slots is
 	// kept until its slots expire, whatever the window and the cap.
-	LeaseWindow time.Duration
-	MaxReceipts int
-	// Book keeps request_id answers and lease records; nil keeps them in
+	ReceiptWindow time.Duration
+	MaxReceipts   int
+	// Book keeps request_id answers and receipt records; nil keeps them in
 	// this process (book.NewMemory with the windows and caps above). A
 	// shared store's book (redisstore.NewBook) lets a retry or a settle
 	// reach any instance.
@@ -164,7 +164,7 @@ type Server struct {
 	waitingFull atomic.Uint64 // checks not held because waiting was at --max-waiting
 	book        book.Book
 	// Repeated store errors, each message rate-limited (internal/ratelog).
-	checkFailedLog, leaseLog, syncLog *ratelog.Message
+	checkFailedLog, recordLog, syncLog *ratelog.Message
 	// ovMu serializes the API's override writes with SyncOverridesNow.
 	ovMu sync.Mutex
 }
@@ -190,11 +190,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), book: cfg.Book,
 		checkFailedLog: ratelog.New(cfg.Logger, slog.LevelError, "check failed"),
-		leaseLog:       ratelog.New(cfg.Logger, slog.LevelError, "lease not recorded: answered without a lease"),
+		recordLog:      ratelog.New(cfg.Logger, slog.LevelError, "lease not recorded: answered without a lease"),
 		syncLog:        ratelog.New(cfg.Logger, slog.LevelWarn, "overrides not synced: the overrides store failed")}
 	if s.book == nil {
 		s.book = book.NewMemory(book.Config{IdempotencyWindow: cfg.IdempotencyWindow, MaxAnswers: cfg.IdempotencyKeys,
-			LeaseWindow: cfg.LeaseWindow, MaxReceipts: cfg.MaxReceipts}, nil)
+			ReceiptWindow: cfg.ReceiptWindow, MaxReceipts: cfg.MaxReceipts}, nil)
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{

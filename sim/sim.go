@@ -181,9 +181,9 @@ func RunFrom(p *policy.Policy, evs []Event, start time.Time) (*Report, error) {
 		if res.Allowed {
 			at := round(pe.at + res.Wait.Seconds())
 			out.Allowed, out.AdmittedAt, out.RetryAfterMS = true, &at, 0
-			if res.Lease.ID != "" {
+			if res.Slots.ID != "" {
 				// The simulated call returns at once.
-				lim.Release(ctx, res.Lease)
+				lim.Release(ctx, res.Slots)
 			}
 		} else {
 			out.RetryAfterMS = limiter.CeilMS(res.RetryAfter)

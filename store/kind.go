@@ -30,7 +30,7 @@ const (
 	// SlidingWindow: Limit.Window.
 	SlidingWindow
 	// Concurrency: Limit.MaxInFlight slots held at once, each expiring
-	// after Limit.LeaseTTL unless released.
+	// after Limit.SlotTTL unless released.
 	Concurrency
 	// FixedWindow: Limit.Window, reset at each boundary (a baseline).
 	FixedWindow
@@ -47,7 +47,7 @@ type kindDef struct {
 	// interfaces it implements are its traits: pauser (Kind.Pausable),
 	// booker (Kind.Books), converter (Kind.Convertible).
 	alg algorithm
-	// slots: its items hold in-flight slots kept by the store (a lease
+	// slots: its items hold in-flight slots kept by the store (a slot
 	// each), not a State (Kind.HoldsSlots).
 	slots bool
 	// leased: store/lease may serve its items from token batches held in
@@ -175,7 +175,7 @@ func orList(names []string) string {
 
 // HoldsSlots reports whether the items of kind k hold in-flight slots: a
 // request takes one slot whatever its cost (so a cost never exceeds the
-// capacity), keeps it until it is released (Store.Release) or its lease
+// capacity), keeps it until it is released (Store.Release) or its slot
 // expires, and is not adjusted, paused or lowered; the store keeps the
 // slots itself, not a State (Spec.Step does not apply). Concurrency
 // limits; false for a value that is no Kind constant.
@@ -236,10 +236,10 @@ type Limit struct {
 	Bucket bucket.Limit
 	// Window is a sliding or a fixed window's limit per window.
 	Window window.Limit
-	// MaxInFlight is a concurrency limit's slots held at once; LeaseTTL
+	// MaxInFlight is a concurrency limit's slots held at once; SlotTTL
 	// how long a slot not released holds.
 	MaxInFlight int64
-	LeaseTTL    time.Duration
+	SlotTTL     time.Duration
 	// Quota is a calendar quota's limit per period in a zone.
 	Quota quota.Limit
 	// BlockFor, when positive, is the limit's penalty box (policy
@@ -261,13 +261,13 @@ type Shape struct {
 	Rate float64
 	// Window is a sliding or a fixed window's length.
 	Window time.Duration
-	// LeaseTTL is how long a concurrency slot not released holds.
-	LeaseTTL time.Duration
+	// SlotTTL is how long a concurrency slot not released holds.
+	SlotTTL time.Duration
 	// Period and Timezone are a quota's calendar period ("day", "week",
 	// "month", "year") and the name of its zone.
 	Period, Timezone string
 	// Span is the time the capacity covers where it is not the time to
-	// refill: Window, LeaseTTL (the longest a slot stays taken), or a
+	// refill: Window, SlotTTL (the longest a slot stays taken), or a
 	// quota's nominal period (quota.Period.Nominal); 0 for token buckets.
 	Span time.Duration
 }
@@ -344,7 +344,7 @@ type Spec struct {
 	Bucket      bucket.Params // TokenBucket
 	Window      window.Limit  // SlidingWindow, FixedWindow
 	MaxInFlight int64         // Concurrency
-	LeaseTTL    time.Duration // Concurrency
+	SlotTTL     time.Duration // Concurrency
 	Quota       quota.Limit   // Quota (Location never nil)
 	// OnStoreError is what a store that can fail (store/failover) does for
 	// this limit when its backend is unreachable: FailOpen, FailClosed or
@@ -389,7 +389,7 @@ type State [3]int64
 // kind that holds slots takes one slot whatever its cost).
 func (s *Spec) Capacity() int64 { return kinds[s.Kind].alg.capacity(s) }
 
-// HoldsSlots reports whether s's items hold in-flight slots (leases)
+// HoldsSlots reports whether s's items hold in-flight slots
 // rather than a State (Kind.HoldsSlots).
 func (s *Spec) HoldsSlots() bool { return s.Kind.HoldsSlots() }
 

@@ -14,7 +14,7 @@ import (
 type concKind struct{}
 
 func (concKind) shape(l *Limit) Shape {
-	return Shape{Capacity: l.MaxInFlight, LeaseTTL: l.LeaseTTL, Span: l.LeaseTTL}
+	return Shape{Capacity: l.MaxInFlight, SlotTTL: l.SlotTTL, Span: l.SlotTTL}
 }
 
 func (concKind) logAttrs(l *Limit, attrs []slog.Attr, _, remaining int64) []slog.Attr {
@@ -25,10 +25,10 @@ func (concKind) compile(l Limit) (*Spec, error) {
 	if l.MaxInFlight < 1 {
 		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "max_in_flight %d must be at least 1", l.MaxInFlight)
 	}
-	if l.LeaseTTL <= 0 {
-		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "lease_ttl %v must be positive", l.LeaseTTL)
+	if l.SlotTTL <= 0 {
+		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "lease_ttl %v must be positive", l.SlotTTL)
 	}
-	return &Spec{Kind: Concurrency, MaxInFlight: l.MaxInFlight, LeaseTTL: l.LeaseTTL}, nil
+	return &Spec{Kind: Concurrency, MaxInFlight: l.MaxInFlight, SlotTTL: l.SlotTTL}, nil
 }
 func (concKind) capacity(sp *Spec) int64 { return sp.MaxInFlight }
 func (concKind) rate(*Spec) float64      { return 0 }

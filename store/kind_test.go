@@ -48,7 +48,7 @@ func TestKinds(t *testing.T) {
 		store.TokenBucket:   {Kind: store.TokenBucket, Bucket: bucket.PerSecond(5)},
 		store.SlidingWindow: {Kind: store.SlidingWindow, Window: window.Limit{Limit: 5, Window: time.Second}},
 		store.FixedWindow:   {Kind: store.FixedWindow, Window: window.Limit{Limit: 5, Window: time.Second}},
-		store.Concurrency:   {Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Second},
+		store.Concurrency:   {Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: time.Second},
 		store.Quota:         {Kind: store.Quota, Quota: quota.Limit{Limit: 5, Period: quota.Day}},
 	}
 	for _, k := range ks {
@@ -73,7 +73,7 @@ func testLimits() map[store.Kind]store.Limit {
 		store.TokenBucket:   {Kind: store.TokenBucket, Bucket: bucket.Limit{Capacity: 5, Rate: 2.5}},
 		store.SlidingWindow: {Kind: store.SlidingWindow, Window: window.Limit{Limit: 5, Window: 2 * time.Second}},
 		store.FixedWindow:   {Kind: store.FixedWindow, Window: window.Limit{Limit: 5, Window: 2 * time.Second}},
-		store.Concurrency:   {Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: 30 * time.Second},
+		store.Concurrency:   {Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: 30 * time.Second},
 		store.Quota:         {Kind: store.Quota, Quota: quota.Limit{Limit: 5, Period: quota.Week}},
 	}
 }
@@ -140,7 +140,7 @@ func TestShapeAndLogAttrs(t *testing.T) {
 			"window_limit=5 window_ms=2000 token_cost=2 tokens_remaining=1"},
 		store.FixedWindow: {store.Shape{Capacity: 5, Window: 2 * time.Second, Span: 2 * time.Second},
 			"window_limit=5 window_ms=2000 token_cost=2 tokens_remaining=1"},
-		store.Concurrency: {store.Shape{Capacity: 5, LeaseTTL: 30 * time.Second, Span: 30 * time.Second},
+		store.Concurrency: {store.Shape{Capacity: 5, SlotTTL: 30 * time.Second, Span: 30 * time.Second},
 			"max_in_flight=5 in_flight=4"},
 		store.Quota: {store.Shape{Capacity: 5, Period: "week", Timezone: "UTC", Span: 7 * 24 * time.Hour},
 			"quota_limit=5 period=week timezone=UTC token_cost=2 tokens_remaining=1"},

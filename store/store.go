@@ -1,6 +1,6 @@
 // Package store defines where keyed limit state lives. A Store makes one
 // all-or-nothing admission over every bucket a request needs, releases
-// in-flight leases, and closes. Implementations: store/memstore (in
+// in-flight slots, and closes. Implementations: store/memstore (in
 // process) and store/redisstore (Redis, Redis Cluster); wrappers:
 // store/lease (token leasing) and store/failover (what to do when the
 // shared store fails). store/storetest is the conformance suite every
@@ -140,19 +140,24 @@ type Result struct {
 	// cost); false when any was refused (and none took anything). Each
 	// item's own decision is in its Decision field.
 	Allowed bool
-	// Lease identifies the slots taken by Concurrency items; release it
+	// Slots identifies the slots taken by Concurrency items; release it
 	// with Release. Empty when there were none.
-	Lease Lease
+	Slots Slots
 	// Wait is, for an admitted request, the largest Wait of its items: the
 	// request may act that long after Take returns (0: at once).
 	Wait time.Duration
 }
 
-// Lease names the in-flight slots one admission took.
-type Lease struct {
+// Slots names the in-flight slots one admission took.
+type Slots struct {
 	ID   string
 	Keys []string
 }
+
+// Lease is the former name of Slots.
+//
+// Deprecated: use Slots.
+type Lease = Slots
 
 // Store is where keyed limit state lives. Implementations are safe for
 // concurrent use.
@@ -161,9 +166,9 @@ type Store interface {
 	// consumes from none of them. Items must have distinct keys; costs
 	// must be within 0..Spec.Capacity() (else ErrInvalidItem).
 	Take(ctx context.Context, items []Item) (Result, error)
-	// Release frees a lease's slots before they expire. Releasing an
-	// unknown or expired lease is not an error.
-	Release(ctx context.Context, lease Lease) error
+	// Release frees the slots before they expire. Releasing an
+	// unknown or expired slot is not an error.
+	Release(ctx context.Context, slots Slots) error
 	// Adjust applies corrections to items taken earlier (reserve, then
 	// settle). A refund to a key that no longer exists is skipped (its
 	// state is full or empty again, which a refund cannot improve on); a
@@ -187,21 +192,21 @@ type SpecConverter interface {
 	ConvertsSpecs() bool
 }
 
-// Renewer is implemented by stores whose in-flight leases can be kept
+// Renewer is implemented by stores whose in-flight slots can be kept
 // alive past their TTL, for calls that run longer than it: Renew moves the
-// expiry of each of lease's slots still held to ttl from now (the store's
+// expiry of each of the slots still held to ttl from now (the store's
 // clock), unless it is later already. A slot that was released or has
-// expired is not revived, and that is not an error: a lease renewed too
+// expired is not revived, and that is not an error: a slot renewed too
 // late is lost, as a crashed holder's is. ttl must be positive.
 type Renewer interface {
-	Renew(ctx context.Context, lease Lease, ttl time.Duration) error
+	Renew(ctx context.Context, slots Slots, ttl time.Duration) error
 }
 
 // ErrCannotRenew reports a Renew on a store that does not implement
 // Renewer.
-var ErrCannotRenew = errors.New("store: leases cannot be renewed on this store")
+var ErrCannotRenew = errors.New("store: slots cannot be renewed on this store")
 
-// CanRenew reports whether s can renew leases: it is a Renewer and, when
+// CanRenew reports whether s can renew slots: it is a Renewer and, when
 // it wraps another store (it has a CanRenew method, as store/lease and
 // store/failover do), the store it wraps can too.
 func CanRenew(s Store) bool {
@@ -212,13 +217,13 @@ func CanRenew(s Store) bool {
 	return ok
 }
 
-// Renew renews lease on s if s is a Renewer, else returns ErrCannotRenew.
-func Renew(ctx context.Context, s Store, lease Lease, ttl time.Duration) error {
+// Renew renews slots on s if s is a Renewer, else returns ErrCannotRenew.
+func Renew(ctx context.Context, s Store, slots Slots, ttl time.Duration) error {
 	r, ok := s.(Renewer)
 	if !ok {
 		return fmt.Errorf("%w (%T)", ErrCannotRenew, s)
 	}
-	return r.Renew(ctx, lease, ttl)
+	return r.Renew(ctx, slots, ttl)
 }
 
 // KeyBorrower is implemented by stores that can decide items whose keys

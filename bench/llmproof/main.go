@@ -196,7 +196,7 @@ func runRow(cfg Config, exe, redisAddr, name, prefix string) (Row, error) {
 		return Row{}, err
 	}
 	// Client calls: the decision scripts (Take, Adjust: one call may carry
-	// a batch) and lease releases; commands run inside scripts, which
+	// a batch) and slot releases; commands run inside scripts, which
 	// commandstats counts too, are left out.
 	r.RedisCalls = calls["fcall"] + calls["evalsha"] + calls["eval"] + calls["zrem"]
 	return r, nil

@@ -48,7 +48,7 @@ type serveCmd struct {
 	MaxWaiting         int           `default:"1024" help:"Most requests held waiting at once, at least 1; beyond it requests are decided at once."`
 	MaxBody            int64         `default:"65536" help:"Largest request body in bytes, at least 1."`
 	Idempotency        time.Duration `default:"5m" help:"How long a request_id's answer is remembered (positive)."`
-	LeaseWindow        time.Duration `default:"10m" help:"How long a check's receipt is kept for /v1/settle (positive; a lease holding in-flight slots is kept until they expire)."`
+	ReceiptWindow      time.Duration `name:"lease-window" default:"10m" help:"How long a check's receipt is kept for /v1/settle (positive; a receipt record holding in-flight slots is kept until they expire)."`
 	AuthListen         string        `help:"Also serve forward-auth (/v1/auth) alone on this address, for a proxy that must reach a port of its own (policy mode)."`
 	AuthListenTLSCert  string        `name:"auth-listen-tls-cert" help:"TLS certificate file (PEM, with --auth-listen-tls-key) of --auth-listen; without it --auth-listen serves --tls-cert's." type:"path"`
 	AuthListenTLSKey   string        `name:"auth-listen-tls-key" help:"TLS key file (PEM) of --auth-listen-tls-cert." type:"path"`
@@ -105,7 +105,7 @@ func (c serveCmd) Validate() error {
 		{c.MaxWaiting < 1, "--max-waiting", c.MaxWaiting, "must be at least 1"},
 		{c.MaxBody < 1, "--max-body", c.MaxBody, "must be at least 1"},
 		{c.Idempotency <= 0, "--idempotency", c.Idempotency, "must be positive"},
-		{c.LeaseWindow <= 0, "--lease-window", c.LeaseWindow, "must be positive"},
+		{c.ReceiptWindow <= 0, "--lease-window", c.ReceiptWindow, "must be positive"},
 		{c.MaxReceipts < 1, "--max-receipts", c.MaxReceipts, "must be at least 1"},
 		{c.Reload < 0, "--reload", c.Reload, "must be 0 (no file watching) or more"},
 		{c.StorePoolSize < 0, "--store-pool-size", c.StorePoolSize, "must be 0 (rueidis' default) or more"},
@@ -396,7 +396,7 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 			return nil, err
 		}
 	}
-	bookCfg := book.Config{IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts}
+	bookCfg := book.Config{IdempotencyWindow: c.Idempotency, ReceiptWindow: c.ReceiptWindow, MaxReceipts: c.MaxReceipts}
 	var bk book.Book
 	if shared.redis != nil {
 		// Bounded by --store-timeout and following the failover circuit:
@@ -405,7 +405,7 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 	}
 	cfg := server.Config{
 		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
-		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, LeaseWindow: c.LeaseWindow, MaxReceipts: c.MaxReceipts,
+		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, ReceiptWindow: c.ReceiptWindow, MaxReceipts: c.MaxReceipts,
 		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore, Keys: keys,
 	}
 	if shared.ready != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 var redisErrorsDesc = prometheus.NewDesc("sluice_redis_errors_total",
-	"Failed Redis calls (decisions, adjustments, releases, renewals, request ids and lease records, probes) by class: "+
+	"Failed Redis calls (decisions, adjustments, releases, renewals, request ids and receipt records, probes) by class: "+
 		"unreachable (no answer: connection, timeout, LOADING, BUSY), or Redis answering and refusing: oom (maxmemory under noeviction), "+
 		"readonly (a replica), noscript (the library cannot be loaded), wrongtype (a key of another type), other.",
 	[]string{"class"}, nil)

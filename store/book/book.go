@@ -1,6 +1,6 @@
 // Package book keeps what a rate-limit service must remember between two
 // HTTP calls: the answers to requests with a request_id (so that a
-// retried request is answered, not charged again) and lease records (the
+// retried request is answered, not charged again) and receipt records (the
 // in-flight slots and the receipt of an admitted check, for release and
 // settle). Memory keeps them in the process; store/redisstore's NewBook
 // keeps them in Redis, so that a retry or a settle may reach any instance
@@ -21,7 +21,7 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Book is where request_id answers and lease records live. Implementations
+// Book is where request_id answers and receipt records live. Implementations
 // are safe for concurrent use.
 type Book interface {
 	// Begin claims request id for a request whose fingerprint (what makes
@@ -33,14 +33,14 @@ type Book interface {
 	// Finish records the owner's answer to request id (fingerprint fp, as
 	// given to Begin); nil forgets id (so that a retry decides anew).
 	Finish(ctx context.Context, id, fp string, answer []byte)
-	// AddLease keeps a lease record and returns its id.
-	AddLease(ctx context.Context, r Record) (string, error)
-	// Slots returns a lease record's in-flight slots: ErrUnknown for an
+	// AddRecord keeps a receipt record and returns its id.
+	AddRecord(ctx context.Context, r Record) (string, error)
+	// Slots returns a receipt record's in-flight slots: ErrUnknown for an
 	// unknown id, or one whose slots and receipt are both gone.
-	Slots(ctx context.Context, id string) (store.Lease, error)
-	// TakeReceipt returns a lease's receipt once: ErrSettled when it was
+	Slots(ctx context.Context, id string) (store.Slots, error)
+	// TakeReceipt returns a record's receipt once: ErrSettled when it was
 	// taken already, ErrDropped when the cap dropped it, ErrUnknown for an
-	// unknown or expired lease. With check, the receipt is taken only when
+	// unknown or expired receipt id. With check, the receipt is taken only when
 	// check(receipt) returns nil; its error is returned as is and the
 	// receipt stays (a settle refused for bad input changes nothing).
 	TakeReceipt(ctx context.Context, id string, check func([]byte) error) ([]byte, error)
@@ -53,7 +53,7 @@ type Record struct {
 	// Slots are the in-flight slots taken (empty when none); the record
 	// holds them until SlotsTTL has passed (their expiry), whatever the
 	// caps.
-	Slots    store.Lease
+	Slots    store.Slots
 	SlotsTTL time.Duration
 	// Receipt is what the check took (limiter.Receipt, encoded), for
 	// settle; empty when nothing can be settled.
@@ -67,11 +67,11 @@ type Config struct {
 	// oldest go first; in memory only).
 	IdempotencyWindow time.Duration
 	MaxAnswers        int
-	// LeaseWindow is how long a receipt is kept for settle (default 10
+	// ReceiptWindow is how long a receipt is kept for settle (default 10
 	// minutes); MaxReceipts caps how many are (default 1,000,000; the
 	// oldest dropped first, counted by Dropped).
-	LeaseWindow time.Duration
-	MaxReceipts int
+	ReceiptWindow time.Duration
+	MaxReceipts   int
 }
 
 // Defaults returns c with its zero fields set to the defaults.
@@ -82,8 +82,8 @@ func (c Config) Defaults() Config {
 	if c.MaxAnswers <= 0 {
 		c.MaxAnswers = 100_000
 	}
-	if c.LeaseWindow <= 0 {
-		c.LeaseWindow = 10 * time.Minute
+	if c.ReceiptWindow <= 0 {
+		c.ReceiptWindow = 10 * time.Minute
 	}
 	if c.MaxReceipts <= 0 {
 		c.MaxReceipts = 1_000_000
@@ -94,10 +94,10 @@ func (c Config) Defaults() Config {
 var (
 	// ErrMismatch: a request_id reused by a different request.
 	ErrMismatch = errors.New("book: request_id used by a different request")
-	// ErrUnknown: no such lease (never issued, or past its window).
-	ErrUnknown = errors.New("book: unknown lease")
-	// ErrSettled: the lease's receipt was taken already (or there was none).
-	ErrSettled = errors.New("book: lease settled already")
-	// ErrDropped: the lease's receipt was dropped by the cap on receipts.
+	// ErrUnknown: no such receipt id (never issued, or past its window).
+	ErrUnknown = errors.New("book: unknown receipt id")
+	// ErrSettled: the receipt was taken already (or there was none).
+	ErrSettled = errors.New("book: receipt settled already")
+	// ErrDropped: the receipt was dropped by the cap on receipts.
 	ErrDropped = errors.New("book: receipt dropped")
 )

@@ -1,4 +1,4 @@
-// Memory, the in-process Book: request_id answers, lease records and receipts.
+// Memory, the in-process Book: request_id answers, receipt records and receipts.
 
 package book
 
@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Memory is the in-process Book. Lease ids carry their issue time and a
+// Memory is the in-process Book. Receipt ids carry their issue time and a
 // flag saying whether the record had a receipt, under a MAC keyed per
 // process: a settle for a receipt that the cap dropped (and that is no
 // longer held) is told ErrDropped, not ErrUnknown, without keeping a
@@ -46,7 +46,7 @@ type Memory struct {
 	dropped  atomic.Uint64
 }
 
-// idKey is a lease id's raw bytes before its MAC: issue time, flags and
+// idKey is a receipt id's raw bytes before its MAC: issue time, flags and
 // random bytes (the MAC is checked before a lookup).
 type idKey [idMAC]byte
 
@@ -57,7 +57,7 @@ type answerEntry struct {
 	done chan struct{}
 }
 
-// record is a lease record, kept by value in Memory.recs.
+// record is a receipt record, kept by value in Memory.recs.
 type record struct {
 	receipt string      // the receipt while pending
 	slots   *slotRecord // nil: no live slots
@@ -66,7 +66,7 @@ type record struct {
 
 // slotRecord is a record's live slots and their expiry.
 type slotRecord struct {
-	lease store.Lease
+	held  store.Slots
 	until time.Time
 }
 
@@ -77,7 +77,7 @@ const (
 	pending                       // kept for settle
 	settled                       // taken
 	dropped                       // dropped by the cap
-	expired                       // past the lease window
+	expired                       // past the receipt window
 )
 
 type fifoEntry struct {
@@ -158,7 +158,7 @@ func (m *Memory) Finish(_ context.Context, id, _ string, ans []byte) {
 	close(e.done)
 }
 
-// Lease ids: 6 bytes of issue time (Unix ms), 1 byte of flags, 9 random
+// Receipt ids: 6 bytes of issue time (Unix ms), 1 byte of flags, 9 random
 // bytes, 8 bytes of HMAC-SHA256 over the rest.
 const (
 	idRaw       = 24
@@ -199,8 +199,8 @@ func (m *Memory) issued(id string) (time.Time, byte, idKey, bool) {
 	return time.UnixMilli(int64(ms)), raw[6], idKey(raw[:idMAC]), true
 }
 
-// AddLease implements Book.
-func (m *Memory) AddLease(_ context.Context, r Record) (string, error) {
+// AddRecord implements Book.
+func (m *Memory) AddRecord(_ context.Context, r Record) (string, error) {
 	now := m.clock.Now()
 	var flags byte
 	if len(r.Receipt) > 0 {
@@ -212,7 +212,7 @@ func (m *Memory) AddLease(_ context.Context, r Record) (string, error) {
 	defer m.lmu.Unlock()
 	m.expireLocked(now)
 	if r.Slots.ID != "" {
-		rec.slots = &slotRecord{lease: r.Slots, until: now.Add(r.SlotsTTL)}
+		rec.slots = &slotRecord{held: r.Slots, until: now.Add(r.SlotsTTL)}
 		heap.Push(&m.slots, slotEntry{id: k, until: rec.slots.until})
 	}
 	if len(r.Receipt) > 0 {
@@ -226,10 +226,10 @@ func (m *Memory) AddLease(_ context.Context, r Record) (string, error) {
 	return id, nil
 }
 
-// expireLocked ends receipts past the lease window and slots past their
+// expireLocked ends receipts past the receipt window and slots past their
 // expiry, deleting records that hold neither.
 func (m *Memory) expireLocked(now time.Time) {
-	for len(m.receipts) > 0 && now.Sub(m.t0)-m.receipts[0].at >= m.cfg.LeaseWindow {
+	for len(m.receipts) > 0 && now.Sub(m.t0)-m.receipts[0].at >= m.cfg.ReceiptWindow {
 		m.popReceiptLocked(expired)
 	}
 	for m.slots.Len() > 0 && !m.slots[0].until.After(now) {
@@ -282,18 +282,18 @@ func (m *Memory) lookupLocked(id string) (idKey, record, bool) {
 }
 
 // Slots implements Book.
-func (m *Memory) Slots(_ context.Context, id string) (store.Lease, error) {
+func (m *Memory) Slots(_ context.Context, id string) (store.Slots, error) {
 	m.lmu.Lock()
 	defer m.lmu.Unlock()
 	m.expireLocked(m.clock.Now())
 	_, rec, ok := m.lookupLocked(id)
 	if !ok || rec.slots == nil && rec.state != pending && rec.state != settled {
-		return store.Lease{}, ErrUnknown
+		return store.Slots{}, ErrUnknown
 	}
 	if rec.slots == nil {
-		return store.Lease{}, nil
+		return store.Slots{}, nil
 	}
-	return rec.slots.lease, nil
+	return rec.slots.held, nil
 }
 
 // TakeReceipt implements Book.
@@ -322,7 +322,7 @@ func (m *Memory) TakeReceipt(_ context.Context, id string, check func([]byte) er
 		return nil, ErrSettled
 	}
 	at, flags, _, ok := m.issued(id)
-	if ok && flags&flagReceipt != 0 && now.Sub(at) < m.cfg.LeaseWindow {
+	if ok && flags&flagReceipt != 0 && now.Sub(at) < m.cfg.ReceiptWindow {
 		// Issued here with a receipt, within its window, and gone: the cap
 		// dropped it (or dropped its settled record).
 		return nil, ErrDropped

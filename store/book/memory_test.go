@@ -21,9 +21,9 @@ func TestMemoryConformance(t *testing.T) {
 func TestMemoryLeaseSurvivesManyOthers(t *testing.T) {
 	b := book.NewMemory(book.Config{}, nil)
 	ctx := context.Background()
-	id, _ := b.AddLease(ctx, book.Record{Slots: store.Lease{ID: "l", Keys: []string{"k"}}, SlotsTTL: 30 * time.Second, Receipt: []byte("rc")})
+	id, _ := b.AddRecord(ctx, book.Record{Slots: store.Slots{ID: "l", Keys: []string{"k"}}, SlotsTTL: 30 * time.Second, Receipt: []byte("rc")})
 	for range 100_001 {
-		b.AddLease(ctx, book.Record{Receipt: []byte("x")})
+		b.AddRecord(ctx, book.Record{Receipt: []byte("x")})
 	}
 	if s, err := b.Slots(ctx, id); err != nil || s.ID != "l" {
 		t.Fatalf("slots after 100,001 others: %+v, %v", s, err)
@@ -33,13 +33,13 @@ func TestMemoryLeaseSurvivesManyOthers(t *testing.T) {
 	}
 }
 
-// A lease id from another process (or forged) with a good shape is
+// A receipt id from another process (or forged) with a good shape is
 // unknown, not "dropped": ids carry a MAC.
 func TestMemoryForeignIDIsUnknown(t *testing.T) {
 	a, b := book.NewMemory(book.Config{MaxReceipts: 1}, nil), book.NewMemory(book.Config{}, nil)
 	ctx := context.Background()
-	id, _ := a.AddLease(ctx, book.Record{Receipt: []byte("rc")})
-	a.AddLease(ctx, book.Record{Receipt: []byte("rc2")}) // drops id's receipt in a
+	id, _ := a.AddRecord(ctx, book.Record{Receipt: []byte("rc")})
+	a.AddRecord(ctx, book.Record{Receipt: []byte("rc2")}) // drops id's receipt in a
 	if _, err := a.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrDropped) {
 		t.Fatalf("in its own book: %v", err)
 	}

@@ -1,4 +1,4 @@
-// Book: request_id answers and lease records on the shared store, bounded
+// Book: request_id answers and receipt records on the shared store, bounded
 // and following the failover store's circuit, kept in process while it is
 // open.
 package failover
@@ -20,17 +20,17 @@ import (
 //     wrapper stops waiting at the deadline), and one that fails or times
 //     out opens the circuit as a failed decision does;
 //   - while the circuit is open nothing is sent to the shared book: a
-//     request_id is claimed, and a lease recorded, in an in-process book
+//     request_id is claimed, and a receipt recorded, in an in-process book
 //     (book.Memory, bounded by the same Config), so that a retry, a settle
 //     or a release reaching this instance works as usual, while one
 //     reaching another instance does not find it (its request_id decides
-//     anew; its lease is unknown_lease);
-//   - a lease whose record could not be written to the shared book (the
-//     call failed or timed out) is recorded in process instead: every lease
+//     anew; its receipt id is unknown_lease);
+//   - a receipt whose record could not be written to the shared book (the
+//     call failed or timed out) is recorded in process instead: every receipt
 //     id handed out is usable later on the instance that issued it, and on
-//     every instance when the shared book took it. Lease ids recorded in
+//     every instance when the shared book took it. Receipt ids recorded in
 //     process start with "local~";
-//   - Slots and TakeReceipt of a lease recorded on the shared book are not
+//   - Slots and TakeReceipt of a receipt recorded on the shared book are not
 //     sent while the circuit is open: an error matching
 //     store.ErrUnavailable at once (the service answers 503 store_error).
 //
@@ -142,21 +142,21 @@ func (b *Book) Finish(ctx context.Context, id, fp string, answer []byte) {
 	b.call(ctx, func(ctx context.Context) error { b.shared.Finish(ctx, id, fp, answer); return nil }, nil, nil)
 }
 
-// AddLease implements book.Book: on the shared book, or in process while
+// AddRecord implements book.Book: on the shared book, or in process while
 // the circuit is open or when the shared book failed to take it.
-func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
+func (b *Book) AddRecord(ctx context.Context, r book.Record) (string, error) {
 	if !b.down() {
 		var id string
 		done, err := b.call(ctx, func(ctx context.Context) error {
 			var err error
-			id, err = b.shared.AddLease(ctx, r)
+			id, err = b.shared.AddRecord(ctx, r)
 			return err
 		}, nil, nil)
 		if done && (err == nil || id != "") {
 			return id, nil // (an error after the record was written: only its place among receipts is missing)
 		}
 	}
-	id, err := b.local.AddLease(ctx, r)
+	id, err := b.local.AddRecord(ctx, r)
 	if err != nil {
 		return "", err
 	}
@@ -164,21 +164,21 @@ func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
 }
 
 // Slots implements book.Book.
-func (b *Book) Slots(ctx context.Context, id string) (store.Lease, error) {
+func (b *Book) Slots(ctx context.Context, id string) (store.Slots, error) {
 	if lid, ok := strings.CutPrefix(id, localPrefix); ok {
 		return b.local.Slots(ctx, lid)
 	}
 	if b.down() {
-		return store.Lease{}, b.s.unavailable()
+		return store.Slots{}, b.s.unavailable()
 	}
-	var l store.Lease
+	var l store.Slots
 	done, err := b.call(ctx, func(ctx context.Context) error {
 		var err error
 		l, err = b.shared.Slots(ctx, id)
 		return err
 	}, nil, nil)
 	if !done {
-		return store.Lease{}, err
+		return store.Slots{}, err
 	}
 	return l, err
 }

@@ -89,9 +89,9 @@ func (s *Store) takePrimary(ctx context.Context, items []store.Item) (store.Resu
 		res, err = s.cfg.Primary.Take(ctx, cp)
 		return err
 	}, func() {
-		if res.Allowed && res.Lease.ID != "" {
+		if res.Allowed && res.Slots.ID != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-			s.cfg.Primary.Release(ctx, res.Lease)
+			s.cfg.Primary.Release(ctx, res.Slots)
 			cancel()
 		}
 	})

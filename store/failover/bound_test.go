@@ -116,9 +116,9 @@ func TestBookFollowsTheCircuit(t *testing.T) {
 	r := newRig(t, failover.FailOpen, 1)
 	b := rigBook(t, r)
 	ctx := context.Background()
-	shared, err := b.AddLease(ctx, book.Record{Slots: store.Lease{ID: "s1", Keys: []string{"c:1"}}, SlotsTTL: time.Minute, Receipt: []byte("rc")})
+	shared, err := b.AddRecord(ctx, book.Record{Slots: store.Slots{ID: "s1", Keys: []string{"c:1"}}, SlotsTTL: time.Minute, Receipt: []byte("rc")})
 	if err != nil || strings.HasPrefix(shared, "local~") {
-		t.Fatalf("AddLease with Redis up: %q %v", shared, err)
+		t.Fatalf("AddRecord with Redis up: %q %v", shared, err)
 	}
 	r.srv.Pause()
 	defer r.srv.Resume()
@@ -131,8 +131,8 @@ func TestBookFollowsTheCircuit(t *testing.T) {
 		}
 	}
 	var id string
-	bounded("AddLease (the call that finds Redis frozen)", func() {
-		id, err = b.AddLease(ctx, book.Record{Slots: store.Lease{ID: "s2", Keys: []string{"c:2"}}, SlotsTTL: time.Minute, Receipt: []byte("rc2")})
+	bounded("AddRecord (the call that finds Redis frozen)", func() {
+		id, err = b.AddRecord(ctx, book.Record{Slots: store.Slots{ID: "s2", Keys: []string{"c:2"}}, SlotsTTL: time.Minute, Receipt: []byte("rc2")})
 	})
 	if err != nil || !strings.HasPrefix(id, "local~") {
 		t.Fatalf("a lease whose record Redis could not take is recorded in process: %q %v", id, err)

@@ -43,7 +43,7 @@ func TestCannotRenewIsNotAnOutage(t *testing.T) {
 	if !store.CanRenew(memstore.New()) {
 		t.Fatal("memstore renews")
 	}
-	err = s.Renew(context.Background(), store.Lease{ID: "x", Keys: []string{"k"}}, time.Second)
+	err = s.Renew(context.Background(), store.Slots{ID: "x", Keys: []string{"k"}}, time.Second)
 	if !errors.Is(err, store.ErrCannotRenew) || s.Degraded() {
 		t.Fatalf("rule: ErrCannotRenew, and the store stays healthy: %v, degraded %v", err, s.Degraded())
 	}

@@ -114,7 +114,7 @@ type Store struct {
 	closeOnce  sync.Once
 }
 
-// localPrefix marks leases taken from the local store.
+// localPrefix marks slots taken from the local store.
 const localPrefix = "local~"
 
 // New returns the wrapper.
@@ -349,8 +349,8 @@ func (s *Store) fallback(ctx context.Context, items []store.Item, cause error) (
 			items[i].Wait = 0
 		}
 	}
-	if res.Allowed && r.Lease.ID != "" {
-		res.Lease = store.Lease{ID: localPrefix + r.Lease.ID, Keys: r.Lease.Keys}
+	if res.Allowed && r.Slots.ID != "" {
+		res.Slots = store.Slots{ID: localPrefix + r.Slots.ID, Keys: r.Slots.Keys}
 	}
 	return res, nil
 }
@@ -374,29 +374,29 @@ func (s *Store) unavailable() error {
 	return fmt.Errorf("%w (degraded: not called until it answers a probe): %w", store.ErrUnavailable, s.cause())
 }
 
-// Release implements store.Store: a lease taken locally is released
+// Release implements store.Store: a slot taken locally is released
 // locally; one taken on the primary is released there, and while degraded
 // it is not sent (an error matching store.ErrUnavailable: its slots expire
 // by their TTL unless released again once the store answers).
-func (s *Store) Release(ctx context.Context, lease store.Lease) error {
-	if id, ok := strings.CutPrefix(lease.ID, localPrefix); ok {
-		return s.local.Release(ctx, store.Lease{ID: id, Keys: lease.Keys})
+func (s *Store) Release(ctx context.Context, slots store.Slots) error {
+	if id, ok := strings.CutPrefix(slots.ID, localPrefix); ok {
+		return s.local.Release(ctx, store.Slots{ID: id, Keys: slots.Keys})
 	}
-	return s.callPrimary(ctx, func(ctx context.Context) error { return s.cfg.Primary.Release(ctx, lease) })
+	return s.callPrimary(ctx, func(ctx context.Context) error { return s.cfg.Primary.Release(ctx, slots) })
 }
 
-// CanRenew reports whether the primary can renew leases (the local store
+// CanRenew reports whether the primary can renew slots (the local store
 // can).
 func (s *Store) CanRenew() bool { return store.CanRenew(s.cfg.Primary) }
 
-// Renew implements store.Renewer: on the store that holds the lease (the
-// local one for a lease taken while degraded); a primary lease is not
+// Renew implements store.Renewer: on the store that holds the slot (the
+// local one for a slot taken while degraded); a primary slot is not
 // renewed while degraded (store.ErrUnavailable).
-func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
-	if id, ok := strings.CutPrefix(lease.ID, localPrefix); ok {
-		return store.Renew(ctx, s.local, store.Lease{ID: id, Keys: lease.Keys}, ttl)
+func (s *Store) Renew(ctx context.Context, slots store.Slots, ttl time.Duration) error {
+	if id, ok := strings.CutPrefix(slots.ID, localPrefix); ok {
+		return store.Renew(ctx, s.local, store.Slots{ID: id, Keys: slots.Keys}, ttl)
 	}
-	return s.callPrimary(ctx, func(ctx context.Context) error { return store.Renew(ctx, s.cfg.Primary, lease, ttl) })
+	return s.callPrimary(ctx, func(ctx context.Context) error { return store.Renew(ctx, s.cfg.Primary, slots, ttl) })
 }
 
 // Adjust implements store.Store: on the primary, or while degraded on the

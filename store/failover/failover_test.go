@@ -230,15 +230,15 @@ func TestLocalDividesTheBudget(t *testing.T) {
 		t.Fatalf("cost over the local share: %+v %v", res, err)
 	}
 	// In-flight leases in local mode release locally.
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 4, LeaseTTL: time.Minute}
-	var leases []store.Lease
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 4, SlotTTL: time.Minute}
+	var leases []store.Slots
 	for range 3 {
 		res, err := take(t, r.fs, store.Item{Key: "c", Spec: conc, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Allowed {
-			leases = append(leases, res.Lease)
+			leases = append(leases, res.Slots)
 		}
 	}
 	if len(leases) != 2 {

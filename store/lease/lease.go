@@ -94,7 +94,7 @@ type shard struct {
 type entry struct {
 	spec   *store.Spec
 	tokens int64 // leased, unspent (pruned to the spendable ones at each look)
-	// The tokens' slots (tokens.go): token k from the top is spendable
+	// The tokens' refill intervals (tokens.go): token k from the top is spendable
 	// until end - k*tau (local ns); endStore is end on the shared store's
 	// clock (for returns).
 	end, endStore, tau int64
@@ -460,7 +460,7 @@ func (s *Store) fetch(ctx context.Context, need []store.Item, needAt []int, defi
 	for j, i := range needAt {
 		e := ents[i]
 		// The deficit is this request's (decided by the shared store);
-		// the lease takes the batch's top, spendable until the slots
+		// the lease takes the batch's top, spendable until the intervals
 		// end: now (before the round trip) plus the time until the
 		// shared bucket is full again (tokens.go).
 		got[i] += deficits[j]
@@ -486,7 +486,7 @@ func (s *Store) fetch(ctx context.Context, need []store.Item, needAt []int, defi
 // the tokens leased locally for its key (they were taken from the shared
 // bucket, whose pause or ceiling counts them as spent), so that the next
 // request asks the shared store, which refuses it until the pause ends. (Other instances drop theirs when their leases
-// expire, within the lease TTL; a fetch in flight when the pause arrives
+// expire, within the lease TTL; a fetch under way when the pause arrives
 // may still bring tokens taken before it.)
 func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	for _, a := range adj {
@@ -506,17 +506,17 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 }
 
 // Release implements store.Store (on the shared store).
-func (s *Store) Release(ctx context.Context, lease store.Lease) error {
-	return s.inner.Release(ctx, lease)
+func (s *Store) Release(ctx context.Context, slots store.Slots) error {
+	return s.inner.Release(ctx, slots)
 }
 
-// CanRenew reports whether the shared store can renew leases.
+// CanRenew reports whether the shared store can renew slots.
 func (s *Store) CanRenew() bool { return store.CanRenew(s.inner) }
 
 // Renew implements store.Renewer on the shared store (where the slots
 // are); a shared store that cannot renew makes it an error.
-func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
-	return store.Renew(ctx, s.inner, lease, ttl)
+func (s *Store) Renew(ctx context.Context, slots store.Slots, ttl time.Duration) error {
+	return store.Renew(ctx, s.inner, slots, ttl)
 }
 
 // Close returns every leased token to the shared store, then closes it.

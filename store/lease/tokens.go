@@ -17,27 +17,27 @@ import (
 //
 // A token bucket's state is its theoretical arrival time (TAT): a take of
 // c tokens at t moves the TAT by c tokens' refill time from max(TAT, t),
-// and is admitted while TAT - t <= B/r. Each token taken so holds a slot
-// of refill time [v, v + 1/r) with v >= t; the slots of all takes are
+// and is admitted while TAT - t <= B/r. Each token taken so holds an interval
+// of refill time [v, v + 1/r) with v >= t; the intervals of all takes are
 // disjoint and lie below TAT, and the bucket holds B - r*(TAT - t). That
 // is why a shared bucket admits at most B + r*Δt in any window Δt.
 //
-// A leased token spent at s counts as a take at s. Its slot was given at
+// A leased token spent at s counts as a take at s. Its interval was given at
 // the fetch, t <= s; a spend is as good as a take at s exactly while
-// v >= s (the slot is not yet reached by the refill): spent later, its
+// v >= s (the interval is not yet reached by the refill): spent later, its
 // token would come on top of what the bucket refilled meanwhile (a lease
 // of 200 tokens taken from a full bucket of 1,000 and kept while the bucket
 // refills to 1,000 would let 1,200 through at one instant). So a leased
-// token is spendable until its slot's start, and the tokens of a lease are
-// spent lowest slot first.
+// token is spendable until its interval's start, and the tokens of a lease are
+// spent lowest interval first.
 //
-// The fetch's answer gives the slots: a take of c tokens answered with
+// The fetch's answer gives the intervals: a take of c tokens answered with
 // ResetAfter R (the time until the bucket is full again, which is when
 // the refill reaches the TAT) puts the k-th token from the top of the
 // batch at v = t + R - k/r. The request's own cost (the deficit) is the
 // bottom of the batch, decided by the shared store when it took it; the
 // lease holds the top. An entry keeps its tokens as the model "n tokens
-// whose slots are packed just below end": token k from the top (k = 1..n)
+// whose intervals are packed just below end": token k from the top (k = 1..n)
 // is spendable until end - k*tau, so at now floor((end - now)/tau) of
 // them are (tau: one token's refill time, rounded up; end: the fetch's
 // local time before the round trip, plus R, less 1 ns for rounding: both
@@ -48,13 +48,13 @@ import (
 // Returning tokens (--lease-ttl, a changed limit, Close) gives back the
 // top n live ones, on the shared store's clock (the fetch's RefundBefore,
 // which is the store's time of the take plus R): the return is applied
-// only before the lowest of them reaches its slot (the Adjustment's
+// only before the lowest of them reaches its interval (the Adjustment's
 // RefundBefore), so a late return never returns a token the bucket has
 // refilled past.
 
 // returnMargin is how long a return may take to reach the shared store:
-// tokens that reach their slot within it are not returned (they would be
-// spendable by nobody by then), so that a return in flight is not refused
+// tokens that reach their interval within it are not returned (they would be
+// spendable by nobody by then), so that a return under way is not refused
 // whole for its lowest token.
 const returnMargin = 10 * time.Millisecond
 
@@ -106,7 +106,7 @@ func (e *entry) spendable(now int64) int64 {
 	return min(e.tokens, (e.end-now)/e.tau)
 }
 
-// addBatch puts extra leased tokens, the top of a batch whose slots end
+// addBatch puts extra leased tokens, the top of a batch whose intervals end
 // at end (local ns) and endStore (the store's clock), over e's tokens
 // (already pruned).
 func (e *entry) addBatch(extra, end, endStore int64) {
@@ -123,7 +123,7 @@ func (e *entry) addBatch(extra, end, endStore int64) {
 	e.tokens += extra
 }
 
-// ret is a lease to return: its tokens and where their slots end.
+// ret is a lease to return: its tokens and where their intervals end.
 type ret struct {
 	key                        string
 	spec                       *store.Spec
@@ -136,7 +136,7 @@ func (e *entry) ret(key string) ret {
 
 // adjustment is the return of r's tokens sent at now (local ns): the top
 // ones still spendable returnMargin from now, refunded only before the
-// lowest of them reaches its slot on the store's clock; false when none.
+// lowest of them reaches its interval on the store's clock; false when none.
 func (r ret) adjustment(now int64) (store.Adjustment, bool) {
 	e := entry{tokens: r.tokens, end: r.end, tau: r.tau}
 	n := e.spendable(addSat(now, int64(returnMargin)))

@@ -139,7 +139,7 @@ func TestPenaltyBoxAllOrNothing(t *testing.T) {
 func TestBlockForValidated(t *testing.T) {
 	t.Parallel()
 	for _, l := range []store.Limit{
-		{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: time.Second, BlockFor: time.Second},
+		{Kind: store.Concurrency, MaxInFlight: 1, SlotTTL: time.Second, BlockFor: time.Second},
 		{Kind: store.TokenBucket, Bucket: bucket.Limit{Capacity: 1, Rate: 1}, BlockFor: -time.Second},
 		{Kind: store.TokenBucket, Bucket: bucket.Limit{Capacity: 1, Rate: 1}, BlockFor: store.MaxBlockFor + 1},
 	} {

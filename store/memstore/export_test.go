@@ -19,7 +19,7 @@ func (s *Store) HeldKeys() int64 {
 	for i := range s.shards {
 		shd := &s.shards[i]
 		shd.mu.Lock()
-		n += int64(shd.m.n + len(shd.leases))
+		n += int64(shd.m.n + len(shd.slotSets))
 		shd.mu.Unlock()
 	}
 	return n
@@ -45,7 +45,7 @@ func (s *Store) CheckIdleBounds() error {
 					return fmt.Errorf("shard %d: key %q idle at %d, bound %d", i, e.key, e.idle, shd.low)
 				}
 			}
-			for k, sl := range shd.leases {
+			for k, sl := range shd.slotSets {
 				if len(sl.exp) > 0 && slices.Max(sl.exp) < shd.low {
 					return fmt.Errorf("shard %d: lease set %q idle at %d, bound %d", i, k, slices.Max(sl.exp), shd.low)
 				}

@@ -65,14 +65,14 @@ func take1(t *testing.T, s *memstore.Store, it store.Item) (store.Result, error)
 }
 
 // A cap of 100 admits exactly 100 distinct keys, whatever shards they
-// hash to and whatever they are (buckets, windows, lease sets), and (with
+// hash to and whatever they are (buckets, windows, slot sets), and (with
 // WithRefuseWhenFull; lru_test.go has the default) refuses the 101st with
 // a FullError while the 100 keep working.
 func TestCapAdmitsExactlyNWhateverTheHashes(t *testing.T) {
 	t.Parallel()
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 0.001}) // never idle in this test
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 10, Window: time.Hour}}
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Hour}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: time.Hour}
 	for _, tc := range []struct {
 		name string
 		keys func(s *memstore.Store) []string
@@ -184,7 +184,7 @@ func TestFullErrorRetryAfterIsTheEarliestIdleTime(t *testing.T) {
 	}
 }
 
-// Lease sets are keys: they count against the cap, a new one is refused
+// Slot sets are keys: they count against the cap, a new one is refused
 // when the cap is reached, RetryAfter accounts for a lease's expiry, and a
 // set whose leases all expired or were released is idle (evicted for a new
 // key).
@@ -193,7 +193,7 @@ func TestLeaseSetsCountAgainstTheCap(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(3), memstore.WithRefuseWhenFull())
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 10, Rate: 1})
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 3 * time.Second}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, SlotTTL: 3 * time.Second}
 	ctx := context.Background()
 	keys := keysApart(s, 7, "k")                             // in different shards: a cap per shard would admit them all
 	take1(t, s, store.Item{Key: keys[0], Spec: bk, Cost: 5}) // idle at +5 s
@@ -212,7 +212,7 @@ func TestLeaseSetsCountAgainstTheCap(t *testing.T) {
 	if _, err := take1(t, s, store.Item{Key: keys[2], Spec: conc, Cost: 1}); err != nil { // its set exists
 		t.Fatalf("a second slot of a held set: %v", err)
 	}
-	if err := s.Release(ctx, r.Lease); err != nil {
+	if err := s.Release(ctx, r.Slots); err != nil {
 		t.Fatal(err)
 	}
 	_, err = take1(t, s, store.Item{Key: keys[3], Spec: bk, Cost: 5})
@@ -233,7 +233,7 @@ func TestLeaseSetsCountAgainstTheCap(t *testing.T) {
 	if fe := fullError(t, err); fe.RetryAfter != 3*time.Second { // keys[3] idle at +8 s, the leases expire then
 		t.Fatalf("RetryAfter %v, want 3s", fe.RetryAfter)
 	}
-	if err := s.Release(ctx, r.Lease); err != nil { // keys[4]'s set is idle now
+	if err := s.Release(ctx, r.Slots); err != nil { // keys[4]'s set is idle now
 		t.Fatal(err)
 	}
 	if _, err := take1(t, s, store.Item{Key: keys[6], Spec: bk, Cost: 5}); err != nil {
@@ -320,7 +320,7 @@ func TestCapUnderConcurrency(t *testing.T) {
 	s := memstore.New(memstore.WithClock(c), memstore.WithMaxKeys(capN), memstore.WithRefuseWhenFull()) // (LRU: TestLRUUnderConcurrency)
 	bk, _ := store.NewBucketSpec(bucket.Limit{Capacity: 4, Rate: 100})
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 4, Window: 20 * time.Millisecond}}
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 30 * time.Millisecond}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, SlotTTL: 30 * time.Millisecond}
 	specs := []*store.Spec{bk, win, conc}
 	ctx := context.Background()
 	var stop atomic.Bool
@@ -340,7 +340,7 @@ func TestCapUnderConcurrency(t *testing.T) {
 	for g := range 6 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 9))
-			var leases []store.Lease
+			var leases []store.Slots
 			for range 1500 {
 				if rng.IntN(8) == 0 {
 					c.Advance(time.Duration(rng.IntN(3)) * time.Millisecond)
@@ -359,8 +359,8 @@ func TestCapUnderConcurrency(t *testing.T) {
 					return
 				case r.Allowed:
 					admitted.Add(1)
-					if r.Lease.ID != "" {
-						leases = append(leases, r.Lease)
+					if r.Slots.ID != "" {
+						leases = append(leases, r.Slots)
 					}
 					if rng.IntN(3) == 0 {
 						var adj []store.Adjustment
@@ -425,12 +425,12 @@ func idleBoundsHold(t *testing.T, refuseFull bool) {
 	b3, _ := store.NewBucketSpec(bucket.Limit{Capacity: 3, Rate: 7.3})
 	sw := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 4, Window: time.Second}}
 	fw := &store.Spec{Kind: store.FixedWindow, Window: window.Limit{Limit: 6, Window: 700 * time.Millisecond}}
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 900 * time.Millisecond}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, SlotTTL: 900 * time.Millisecond}
 	specs := []*store.Spec{b1, b2, b3, sw, fw, conc}
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 4))
 	var taken []store.Item
-	var leases []store.Lease
+	var leases []store.Slots
 	var full int
 	for step := range 20000 {
 		c.Advance(time.Duration(rng.Int64N(int64(200 * time.Millisecond))))
@@ -450,8 +450,8 @@ func idleBoundsHold(t *testing.T, refuseFull bool) {
 				t.Fatal(err)
 			case r.Allowed:
 				taken = append(taken, items...)
-				if r.Lease.ID != "" {
-					leases = append(leases, r.Lease)
+				if r.Slots.ID != "" {
+					leases = append(leases, r.Slots)
 				}
 			}
 		case op < 9 && len(taken) > 0: // adjust an item taken earlier

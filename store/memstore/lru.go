@@ -33,8 +33,8 @@ type clockHand = atomic.Uint64
 // it could find first), else an LRU one (it had state, which its next
 // request starts without). So a key used since the hand last passed it
 // is not evicted before the hand has passed every other key held once
-// more. Lease sets are never passed
-// (never evicted with live leases). It locks one shard at a time, called
+// more. Slot sets are never passed
+// (never evicted with live slots). It locks one shard at a time, called
 // holding none, and returns how many keys it evicted (1, its count left
 // in s.keys for the caller); 0 when two laps found no bucket or window.
 func (s *Store) evictLRU(d int64) int {

@@ -4,13 +4,13 @@
 //
 // Idle eviction changes no decision: a key is evicted as idle only once
 // its state equals a new key's (a full token bucket, a sliding window
-// whose counts have aged out, a lease set with no live lease). A key is
+// whose counts have aged out, a slot set with no live slot). A key is
 // idle from the time its state becomes a new key's: a bucket's when it is
-// full again, a window's when its counts have aged out, a lease set's when
-// its last lease expires or is released.
+// full again, a window's when its counts have aged out, a slot set's when
+// its last slot expires or is released.
 //
 // The cap (WithMaxKeys) bounds memory against callers that invent keys. It
-// counts every key held — token buckets, windows and lease sets — over the
+// counts every key held — token buckets, windows and slot sets — over the
 // whole store, not per shard: a cap of N admits exactly N distinct keys,
 // whatever their hashes (see WithMaxKeys for the one limit of a shard).
 // A request that needs a new key while N are held first evicts idle keys,
@@ -34,9 +34,9 @@
 // debt (the tokens booked ahead or charged by settling, at most r·max_wait
 // and one capacity) or a window over its limit from settling (at most one
 // limit). A token bucket (B, r) evicted k times during an interval of
-// length T is admitted at most (k+1)·B + r·T in it. Lease sets with live
-// leases are never evicted (a live slot is a running call): with every key
-// held a lease set with a live lease, a new key is refused as below.
+// length T is admitted at most (k+1)·B + r·T in it. Slot sets with live
+// slots are never evicted (a live slot is a running call): with every key
+// held a slot set with a live slot, a new key is refused as below.
 // EvictionsByReason counts idle and LRU evictions apart.
 //
 // A key's penalty box (store.Spec.BlockFor, Spec.Penalize) is kept with its
@@ -63,20 +63,20 @@
 //
 // The room an eviction makes is counted for the request that made it
 // (other requests cannot take it first), so with LRU eviction a new key is
-// refused only when every key held is a lease set with a live lease (then
+// refused only when every key held is a slot set with a live slot (then
 // RetryAfter is as below), or, with RetryAfter 1 ns, when its shard holds
 // MaxShardKeys or eight attempts found their room gone (a request whose own
 // keys were evicted meanwhile). Otherwise a refusal's RetryAfter is the
 // time until the earliest of the shards' bounds and rescan waits (64
 // atomic reads, no scan). No key held becomes idle and evictable before it on its own — a
-// lease released, a charge refunded, or a concurrent request that counted
+// slot released, a charge refunded, or a concurrent request that counted
 // a new key and was then refused can make room sooner — so a retry any
 // earlier is refused. It is exact (a key is idle then) when the bound of
 // the shard holding the key with the earliest idle time is exact: that
 // key was not used since the shard was last scanned, or it was new then.
 // Else it is earlier than the truth, and a retry then may be refused with
-// a later RetryAfter. A lease set is idle when its last lease expires or
-// is released, so with every key a lease set held by live slots
+// a later RetryAfter. A slot set is idle when its last slot expires or
+// is released, so with every key a slot set held by live slots
 // RetryAfter is the earliest such expiry; a bucket in unbounded debt is
 // never idle. RetryAfter is 0 when no key held will ever be idle (or all
 // the room is counted by requests in flight), else at least 1 ns. (This
@@ -128,10 +128,10 @@ type Option func(*Store)
 
 // WithClock makes the store read time from c (fake clocks in tests and the
 // simulator); the default is the system clock, monotonic for buckets and
-// leases, wall time for window boundaries.
+// slots, wall time for window boundaries.
 func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 
-// WithMaxKeys caps the keys held: buckets, windows and lease sets, all
+// WithMaxKeys caps the keys held: buckets, windows and slot sets, all
 // counted together over the whole store. A cap of n admits exactly n
 // distinct keys whatever their hashes (Stats().Keys never exceeds n; keys
 // being created by requests in flight count), and a request that would
@@ -155,8 +155,8 @@ type Store struct {
 	t0        time.Time
 	maxKeys   int64
 	seed      maphash.Seed
-	leaseBase string
-	leaseSeq  atomic.Uint64
+	slotBase  string
+	slotSeq   atomic.Uint64
 	keys      atomic.Int64
 	evictions atomic.Uint64
 	scans     atomic.Uint64 // shards scanned by clean
@@ -174,10 +174,10 @@ type Store struct {
 }
 
 type shard struct {
-	mu     sync.Mutex
-	m      table
-	leases map[string]*slots
-	ops    uint32
+	mu       sync.Mutex
+	m        table
+	slotSets map[string]*slotSet
+	ops      uint32
 	// low is at most the idle time (ns since t0) of every key the shard
 	// holds (math.MaxInt64: none will be idle): exact after clean, lowered
 	// by every write of an earlier idle time (noteIdle).
@@ -216,10 +216,10 @@ func New(opts ...Option) *Store {
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	s.leaseBase = strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36) + "-"
+	s.slotBase = strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36) + "-"
 	for i := range s.shards {
 		s.shards[i].m.seed = s.seed
-		s.shards[i].leases = map[string]*slots{}
+		s.shards[i].slotSets = map[string]*slotSet{}
 		s.shards[i].low, s.shards[i].calm = math.MaxInt64, math.MinInt64
 		s.shards[i].wake.Store(math.MaxInt64)
 	}
@@ -267,7 +267,7 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 
 // TakeBorrowed implements store.KeyBorrower: items' keys may alias memory
 // the caller reuses after the call. The store copies a key it keeps (a new
-// key's, a lease's) and, on return, every Item.Key is a string the caller
+// key's, a slot's) and, on return, every Item.Key is a string the caller
 // may keep: the store's own copy where it holds the key (no allocation for
 // a decision on an existing key), else a fresh copy.
 func (s *Store) TakeBorrowed(ctx context.Context, items []store.Item) (store.Result, error) {
@@ -351,7 +351,7 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 		shd := &s.shards[m.itemShard[i]]
 		var isNew bool
 		if it.Spec.HoldsSlots() {
-			var sl *slots
+			var sl *slotSet
 			it.Decision, sl = s.peekSlots(shd, *it, d)
 			it.Wait, isNew = 0, sl == nil
 		} else {
@@ -470,7 +470,7 @@ func (s *Store) unlock(locked []int) {
 func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borrowed bool, credit *int) (store.Result, error) {
 	res := store.Result{Allowed: true}
 	if it.Spec.HoldsSlots() {
-		var sl *slots
+		var sl *slotSet
 		it.Decision, sl = s.peekSlots(shd, *it, d)
 		it.Wait = 0
 		if res.Allowed = it.Decision.Allowed; res.Allowed && it.Cost > 0 && sl == nil && !s.room1(shd, d, false, credit) {

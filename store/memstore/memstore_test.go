@@ -68,7 +68,7 @@ func (b *borrowing) Take(ctx context.Context, items []store.Item) (store.Result,
 			b.t.Errorf("item %d: key %q after TakeBorrowed, want %q", i, items[i].Key, orig[i])
 		}
 	}
-	for _, k := range res.Lease.Keys {
+	for _, k := range res.Slots.Keys {
 		if strings.Contains(k, "#") {
 			b.t.Errorf("lease key %q aliases the caller's buffer", k)
 		}

@@ -92,7 +92,7 @@ func (s *Store) keysNeeded(items []store.Item, ents []*tentry, itemShard []int) 
 			continue
 		}
 		if it.Spec.HoldsSlots() {
-			if s.shards[itemShard[j]].leases[it.Key] == nil {
+			if s.shards[itemShard[j]].slotSets[it.Key] == nil {
 				need++
 			}
 		} else if e := ents[j]; e == nil || e.key != it.Key {
@@ -157,7 +157,7 @@ func (s *Store) insert(shd *shard, h uint64, key string, e entry, borrowed bool)
 
 // noteIdle records that a key of locked shard shd is idle from t: every
 // write of an idle time that may be earlier than the key's last calls it
-// (a new key, an adjustment, a released lease), so that low stays a lower
+// (a new key, an adjustment, a released slot), so that low stays a lower
 // bound. Take on a key it holds does not need to: a take or a peek never
 // makes a bucket full sooner nor a window's counts age out sooner (the
 // state only moves forward), so the key's idle time only grows
@@ -273,7 +273,7 @@ func (s *Store) clean(shd *shard, d int64) int {
 	if s.noEvict || d < shd.low || d < shd.calm {
 		return 0
 	}
-	scanned := int64(shd.m.next) + int64(len(shd.leases))
+	scanned := int64(shd.m.next) + int64(len(shd.slotSets))
 	low := int64(math.MaxInt64)
 	n := 0
 	shd.m.scan(int(shd.m.next), func(e *entry) bool { // (every entry once)
@@ -284,9 +284,9 @@ func (s *Store) clean(shd *shard, d int64) int {
 		low = min(low, e.idle)
 		return false
 	})
-	for k, sl := range shd.leases {
+	for k, sl := range shd.slotSets {
 		if sl.prune(d); len(sl.ids) == 0 {
-			delete(shd.leases, k)
+			delete(shd.slotSets, k)
 			n++
 			continue
 		}
@@ -313,12 +313,12 @@ func (s *Store) evict(shd *shard, d int64, budget int) {
 		return true
 	})
 	n := 0
-	for k, sl := range shd.leases {
+	for k, sl := range shd.slotSets {
 		if n++; n > budget {
 			break
 		}
 		if sl.prune(d); len(sl.ids) == 0 {
-			delete(shd.leases, k)
+			delete(shd.slotSets, k)
 			s.keys.Add(-1)
 			s.evictions.Add(1)
 		}

@@ -14,31 +14,31 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-type slots struct {
+type slotSet struct {
 	ids []string
 	exp []int64 // ns since t0
 }
 
 // takeSlot takes an in-flight slot for a Concurrency item (whose key the
-// store may keep); it reports whether it created the key's lease set (a
+// store may keep); it reports whether it created the key's slot set (a
 // new key, which the caller has counted against the cap).
 func (s *Store) takeSlot(shd *shard, it *store.Item, d int64, res *store.Result) bool {
 	if it.Cost == 0 {
 		return false
 	}
-	if res.Lease.ID == "" {
-		res.Lease.ID = s.leaseBase + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+	if res.Slots.ID == "" {
+		res.Slots.ID = s.slotBase + strconv.FormatUint(s.slotSeq.Add(1), 36)
 	}
-	sl := shd.leases[it.Key]
+	sl := shd.slotSets[it.Key]
 	created := sl == nil
 	if created {
-		sl = &slots{}
-		shd.leases[it.Key] = sl
+		sl = &slotSet{}
+		shd.slotSets[it.Key] = sl
 	}
-	exp := d + int64(it.Spec.LeaseTTL)
-	sl.ids = append(sl.ids, res.Lease.ID)
+	exp := d + int64(it.Spec.SlotTTL)
+	sl.ids = append(sl.ids, res.Slots.ID)
 	sl.exp = append(sl.exp, exp)
-	res.Lease.Keys = append(res.Lease.Keys, it.Key)
+	res.Slots.Keys = append(res.Slots.Keys, it.Key)
 	if created && exp < shd.low { // (a set's idle time only grows with its slots)
 		shd.noteIdle(exp)
 	}
@@ -46,9 +46,9 @@ func (s *Store) takeSlot(shd *shard, it *store.Item, d int64, res *store.Result)
 }
 
 // peekSlots decides a Concurrency item without taking the slot; it returns
-// the key's lease set too (nil: none).
-func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, *slots) {
-	sl := shd.leases[it.Key]
+// the key's slot set too (nil: none).
+func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, *slotSet) {
+	sl := shd.slotSets[it.Key]
 	live := int64(0)
 	var first, last int64 = math.MaxInt64, 0
 	if sl != nil {
@@ -68,7 +68,7 @@ func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, 
 		dec.Allowed = true
 		dec.Remaining = max - live - take
 		if take > 0 {
-			if exp := d + int64(it.Spec.LeaseTTL); exp > last { // (a renewed slot may expire later)
+			if exp := d + int64(it.Spec.SlotTTL); exp > last { // (a renewed slot may expire later)
 				last = exp
 			}
 		}
@@ -82,7 +82,7 @@ func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, 
 	return dec, sl
 }
 
-func (sl *slots) prune(d int64) {
+func (sl *slotSet) prune(d int64) {
 	j := 0
 	for i := range sl.ids {
 		if sl.exp[i] > d {
@@ -94,21 +94,21 @@ func (sl *slots) prune(d int64) {
 }
 
 // Release implements store.Store.
-func (s *Store) Release(ctx context.Context, lease store.Lease) error {
+func (s *Store) Release(ctx context.Context, slots store.Slots) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
 	d, _ := s.now()
-	for _, key := range lease.Keys {
+	for _, key := range slots.Keys {
 		shd := &s.shards[s.shardOf(key)]
 		shd.mu.Lock()
-		if sl := shd.leases[key]; sl != nil {
+		if sl := shd.slotSets[key]; sl != nil {
 			for i, id := range sl.ids {
-				if id == lease.ID {
+				if id == slots.ID {
 					last := len(sl.ids) - 1
 					sl.ids[i], sl.exp[i] = sl.ids[last], sl.exp[last]
 					sl.ids, sl.exp = sl.ids[:last], sl.exp[:last]
-					// The set is idle sooner: when its last lease left
+					// The set is idle sooner: when its last slot left
 					// expires, or now.
 					idle := d
 					if last > 0 {
@@ -125,7 +125,7 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 }
 
 // Renew implements store.Renewer.
-func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
+func (s *Store) Renew(ctx context.Context, slots store.Slots, ttl time.Duration) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
@@ -134,12 +134,12 @@ func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration)
 	}
 	d, _ := s.now()
 	exp := d + int64(ttl)
-	for _, key := range lease.Keys {
+	for _, key := range slots.Keys {
 		shd := &s.shards[s.shardOf(key)]
 		shd.mu.Lock()
-		if sl := shd.leases[key]; sl != nil {
+		if sl := shd.slotSets[key]; sl != nil {
 			for i, id := range sl.ids {
-				if id == lease.ID && sl.exp[i] > d {
+				if id == slots.ID && sl.exp[i] > d {
 					// (a later expiry makes the set idle later, never
 					// sooner: the shard's low mark stays a lower bound)
 					sl.exp[i] = max(sl.exp[i], exp)

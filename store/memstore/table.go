@@ -4,7 +4,7 @@ package memstore
 
 import "hash/maphash"
 
-// table is a shard's keys: an open-addressing hash table of 4-byte slots
+// table is a shard's keys: an open-addressing hash table of 4-byte cells
 // over entries stored in fixed-size chunks. A slot holds 8 bits of the
 // key's hash (to skip most non-matching entries without touching them) and
 // the entry's index + 1 (0: empty; tomb: deleted). Entries never move, so a
@@ -17,11 +17,11 @@ import "hash/maphash"
 // Not safe for concurrent use: the shard's mutex guards it.
 type table struct {
 	seed   maphash.Seed // the store's: the low bits of a hash pick the shard
-	slots  []uint32
+	cells  []uint32
 	chunks [][]tentry
 	free   []uint32 // indexes of deleted entries, reused first
 	n      int      // live entries
-	used   int      // slots not empty (live and tombstones)
+	used   int      // cells not empty (live and tombstones)
 	next   uint32   // entries ever allocated (the next new index)
 	cursor uint32   // where the eviction scan resumes
 	hand   uint32   // where the CLOCK hand is (lru.go)
@@ -50,14 +50,14 @@ const (
 	indexMask  = 1<<24 - 1
 	tomb       = indexMask // a slot whose entry was deleted
 	maxEntries = indexMask - 1
-	minSlots   = 8
+	minCells   = 8
 )
 
 func tagOf(h uint64) uint32 { return uint32(h>>56) << 24 }
 
 // pos returns the first slot to probe for hash h (the low bits pick the
 // shard, so the table uses the bits above them).
-func (t *table) pos(h uint64) int { return int(h>>6) & (len(t.slots) - 1) }
+func (t *table) pos(h uint64) int { return int(h>>6) & (len(t.cells) - 1) }
 
 func (t *table) at(i uint32) *tentry { return &t.chunks[i>>chunkBits][i&(chunkSize-1)] }
 
@@ -67,9 +67,9 @@ func (t *table) get(h uint64, key string) *tentry {
 	if t.n == 0 {
 		return nil
 	}
-	tag, mask := tagOf(h), len(t.slots)-1
+	tag, mask := tagOf(h), len(t.cells)-1
 	for p := t.pos(h); ; p = (p + 1) & mask {
-		s := t.slots[p]
+		s := t.cells[p]
 		if s == 0 {
 			return nil
 		}
@@ -88,8 +88,8 @@ func (t *table) insert(h uint64, key string, e entry) *tentry {
 	if t.n >= maxEntries {
 		return nil
 	}
-	if (t.used+1)*5 > len(t.slots)*4 { // load above 0.8: grow, or just sweep tombstones
-		size := max(len(t.slots), minSlots)
+	if (t.used+1)*5 > len(t.cells)*4 { // load above 0.8: grow, or just sweep tombstones
+		size := max(len(t.cells), minCells)
 		if (t.n+1)*5 > size*2 { // live entries above 0.4 after the rebuild: double
 			size *= 2
 		}
@@ -120,18 +120,18 @@ func (t *table) insert(h uint64, key string, e entry) *tentry {
 
 // place puts entry i in the first free slot of its probe sequence.
 func (t *table) place(h uint64, i uint32) {
-	mask := len(t.slots) - 1
+	mask := len(t.cells) - 1
 	for p := t.pos(h); ; p = (p + 1) & mask {
-		if t.slots[p] == 0 {
-			t.slots[p] = tagOf(h) | (i + 1)
+		if t.cells[p] == 0 {
+			t.cells[p] = tagOf(h) | (i + 1)
 			return
 		}
 	}
 }
 
-// rebuild rehashes every live entry into size slots (dropping tombstones).
+// rebuild rehashes every live entry into size cells (dropping tombstones).
 func (t *table) rebuild(size int) {
-	t.slots = make([]uint32, size)
+	t.cells = make([]uint32, size)
 	t.used = 0
 	for i := uint32(0); i < t.next; i++ {
 		if e := t.at(i); e.key != "" {
@@ -143,14 +143,14 @@ func (t *table) rebuild(size int) {
 
 // remove deletes entry i (whose key hashes to h).
 func (t *table) remove(h uint64, i uint32) {
-	mask := len(t.slots) - 1
+	mask := len(t.cells) - 1
 	for p := t.pos(h); ; p = (p + 1) & mask {
-		s := t.slots[p]
+		s := t.cells[p]
 		if s == 0 {
 			return
 		}
 		if s&indexMask == i+1 {
-			t.slots[p] = s&^indexMask | tomb
+			t.cells[p] = s&^indexMask | tomb
 			break
 		}
 	}

@@ -74,7 +74,7 @@ func checkTable(t *testing.T, rng *rand.Rand, ops, keys int) {
 			t.Fatalf("final %s: %v, want %d", k, e, v)
 		}
 	}
-	if tb.used*5 > len(tb.slots)*4+5 {
-		t.Fatalf("load above 0.8: %d of %d", tb.used, len(tb.slots))
+	if tb.used*5 > len(tb.cells)*4+5 {
+		t.Fatalf("load above 0.8: %d of %d", tb.used, len(tb.cells))
 	}
 }

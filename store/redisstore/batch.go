@@ -13,7 +13,7 @@ import (
 // call is one request in a batch.
 type call struct {
 	items  []store.Item
-	lease  string
+	slotID string
 	ok     bool
 	err    error
 	at     time.Time     // when the script's answer arrived
@@ -137,7 +137,7 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		if len(c.items) > 0 && c.items[0].MaxWait > 0 {
 			mw = hex64(int64(c.items[0].MaxWait))
 		}
-		tail = append(tail, c.lease, itoa(int64(len(c.items))), mw)
+		tail = append(tail, c.slotID, itoa(int64(len(c.items))), mw)
 		for i := range c.items {
 			it := &c.items[i]
 			keys = append(keys, s.Key(it.Spec.Kind, it.Key))

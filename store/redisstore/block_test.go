@@ -118,7 +118,7 @@ func TestClusterPenaltyBox(t *testing.T) {
 	}
 	wide := mustSpec(t, 10, 1)
 	keys := []string{"login:alice", "global"}
-	if redisstore.Slot(a.Key(store.TokenBucket, keys[0])) == redisstore.Slot(a.Key(store.TokenBucket, keys[1])) {
+	if redisstore.HashSlot(a.Key(store.TokenBucket, keys[0])) == redisstore.HashSlot(a.Key(store.TokenBucket, keys[1])) {
 		t.Fatal("the keys must be in two slots")
 	}
 	if _, err := a.Take(ctx, []store.Item{{Key: keys[0], Spec: login, Cost: 1}}); err != nil {

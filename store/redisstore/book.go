@@ -1,4 +1,4 @@
-// Book in Redis: request_id answers and lease records, shared by every instance on the store.
+// Book in Redis: request_id answers and receipt records, shared by every instance on the store.
 
 package redisstore
 
@@ -19,17 +19,17 @@ import (
 	"github.com/sluicehq/sluice/store/book"
 )
 
-// Book keeps request_id answers and lease records in Redis (keys under
+// Book keeps request_id answers and receipt records in Redis (keys under
 // the store's prefix), so that a retried check, a settle or a release may
 // reach any instance sharing the store:
 //
 //   - a request_id is claimed with SET NX (a pending marker with the
 //     request's fingerprint, then the answer), kept for the idempotency
 //     window;
-//   - a lease is a hash (slots, receipt) that expires after the lease
+//   - a receipt record is a hash (slots, receipt) that expires after the receipt
 //     window or its slots' TTL, whichever is later;
 //   - receipts are bounded: a sorted set (one key, scored by Redis time)
-//     orders them; past the lease window they leave it, and beyond
+//     orders them; past the receipt window they leave it, and beyond
 //     MaxReceipts the oldest are dropped (their hash keeps a marker, so a
 //     settle is told book.ErrDropped) and counted.
 type Book struct {
@@ -47,7 +47,7 @@ func NewBook(s *Store, cfg book.Config) *Book {
 }
 
 var (
-	// takeReceipt takes the receipt once, unless it is past the lease
+	// takeReceipt takes the receipt once, unless it is past the receipt
 	// window (ARGV[1] now ms, ARGV[2] window ms: a record can outlive its
 	// receipt's window to hold its slots); with ARGV[3] '0' it only reads
 	// it, and with ARGV[4] set it takes it only if it still equals ARGV[4]
@@ -95,8 +95,8 @@ const (
 func (b *Book) idemKey(id string) string {
 	return b.prefix + "idem:{" + string(tagEsc.Append(nil, id)) + "}"
 }
-func (b *Book) leaseKey(id string) string { return b.prefix + "lease:{" + id + "}" }
-func (b *Book) receiptsKey() string       { return b.prefix + "receipts" }
+func (b *Book) recordKey(id string) string { return b.prefix + "lease:{" + id + "}" }
+func (b *Book) receiptsKey() string        { return b.prefix + "receipts" }
 
 // Begin implements book.Book.
 func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
@@ -158,17 +158,17 @@ func newID() string {
 	return base64.RawURLEncoding.EncodeToString(raw[:])
 }
 
-// AddLease implements book.Book: the record's hash, its expiry and, with a
+// AddRecord implements book.Book: the record's hash, its expiry and, with a
 // receipt, its place among the receipts, in one pipeline.
-func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
+func (b *Book) AddRecord(ctx context.Context, r book.Record) (string, error) {
 	id := newID()
 	s, _ := json.Marshal(storedSlots(r.Slots))
-	key := b.leaseKey(id)
+	key := b.recordKey(id)
 	cmd := b.c.B().Hset().Key(key).FieldValue().FieldValue("s", string(s)) // 's' always: the hash outlives its receipt
 	if len(r.Receipt) > 0 {
 		cmd = cmd.FieldValue("r", string(r.Receipt)).FieldValue("t", strconv.FormatInt(time.Now().UnixMilli(), 10))
 	}
-	ttl := max(b.cfg.LeaseWindow, r.SlotsTTL)
+	ttl := max(b.cfg.ReceiptWindow, r.SlotsTTL)
 	cmds := rueidis.Commands{cmd.Build(), b.c.B().Pexpire().Key(key).Milliseconds(ttl.Milliseconds()).Build()}
 	res := b.c.DoMulti(ctx, cmds...)
 	for _, x := range res {
@@ -178,16 +178,16 @@ func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
 	}
 	if len(r.Receipt) > 0 {
 		popped, err := receiptsScript.Exec(ctx, b.c, []string{b.receiptsKey()},
-			[]string{id, strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10), strconv.Itoa(b.cfg.MaxReceipts)}).ToArray()
+			[]string{id, strconv.FormatInt(b.cfg.ReceiptWindow.Milliseconds(), 10), strconv.Itoa(b.cfg.MaxReceipts)}).ToArray()
 		if err != nil {
-			return id, b.s.fail("book", err) // the lease is recorded; only its place among receipts is not
+			return id, b.s.fail("book", err) // the record is written; only its place among receipts is not
 		}
 		for i := 0; i+1 < len(popped); i += 2 { // ZPOPMIN: member, score
 			old, err := popped[i].ToString()
 			if err != nil {
 				continue
 			}
-			if n, err := dropScript.Exec(ctx, b.c, []string{b.leaseKey(old)}, nil).AsInt64(); err == nil && n == 1 {
+			if n, err := dropScript.Exec(ctx, b.c, []string{b.recordKey(old)}, nil).AsInt64(); err == nil && n == 1 {
 				b.drops.Add(1)
 			}
 		}
@@ -196,19 +196,19 @@ func (b *Book) AddLease(ctx context.Context, r book.Record) (string, error) {
 }
 
 // Slots implements book.Book.
-func (b *Book) Slots(ctx context.Context, id string) (store.Lease, error) {
-	v, err := b.c.Do(ctx, b.c.B().Hget().Key(b.leaseKey(id)).Field("s").Build()).ToString()
+func (b *Book) Slots(ctx context.Context, id string) (store.Slots, error) {
+	v, err := b.c.Do(ctx, b.c.B().Hget().Key(b.recordKey(id)).Field("s").Build()).ToString()
 	if rueidis.IsRedisNil(err) {
-		return store.Lease{}, book.ErrUnknown
+		return store.Slots{}, book.ErrUnknown
 	}
 	if err != nil {
-		return store.Lease{}, b.s.fail("book", err)
+		return store.Slots{}, b.s.fail("book", err)
 	}
 	var s storedSlots
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		return store.Lease{}, errors.New("redisstore: corrupt lease record")
+		return store.Slots{}, errors.New("redisstore: corrupt receipt record")
 	}
-	return store.Lease(s), nil
+	return store.Slots(s), nil
 }
 
 // TakeReceipt implements book.Book: with check, the receipt is read,
@@ -232,8 +232,8 @@ func (b *Book) takeReceipt(ctx context.Context, id string, take bool, want strin
 	if take {
 		takeArg = "1"
 	}
-	v, err := takeReceiptScript.Exec(ctx, b.c, []string{b.leaseKey(id)},
-		[]string{strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(b.cfg.LeaseWindow.Milliseconds(), 10), takeArg, want}).ToArray()
+	v, err := takeReceiptScript.Exec(ctx, b.c, []string{b.recordKey(id)},
+		[]string{strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(b.cfg.ReceiptWindow.Milliseconds(), 10), takeArg, want}).ToArray()
 	if err != nil {
 		return nil, b.s.fail("book", err)
 	}

@@ -1,4 +1,4 @@
-// Redis Cluster: hash slots, and all-or-nothing over several slots (reserve, then undo).
+// Redis Cluster: hash slots, and all-or-nothing over several slots (take, then undo).
 
 package redisstore
 
@@ -10,14 +10,14 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// takeSlots is Take over several hash slots of a cluster: each slot's
-// items are reserved by its own script call (all at once), and if any
-// slot refuses, the reservations of the others are refunded.
-func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]int, lease string) (bool, error) {
+// takeHashSlots is Take over several hash slots of a cluster: each hash
+// slot's items are taken by its own script call (all at once), and if any
+// refuses, what the others took is refunded.
+func (s *Store) takeHashSlots(ctx context.Context, items []store.Item, groups [][]int, slotID string) (bool, error) {
 	calls := make([]*call, len(groups))
 	var wg sync.WaitGroup
 	for g, idx := range groups {
-		c := &call{lease: lease}
+		c := &call{slotID: slotID}
 		for _, i := range idx {
 			c.items = append(c.items, items[i])
 		}
@@ -53,7 +53,7 @@ func (s *Store) takeSlots(ctx context.Context, items []store.Item, groups [][]in
 	if firstErr != nil || !allowed {
 		// Undo what the slots that admitted took (with a fresh deadline:
 		// the refund matters even if the caller gave up).
-		s.undo(items, groups, okGroup, lease)
+		s.undo(items, groups, okGroup, slotID)
 		if firstErr == nil {
 			s.peekAdmitted(ctx, items, groups, okGroup)
 		}
@@ -107,7 +107,7 @@ func (s *Store) groups(items []store.Item) [][]int {
 	var slots []uint16
 	var groups [][]int
 	for i, it := range items {
-		sl := Slot(s.Key(it.Spec.Kind, it.Key))
+		sl := HashSlot(s.Key(it.Spec.Kind, it.Key))
 		g := -1
 		for j, x := range slots {
 			if x == sl {
@@ -126,11 +126,11 @@ func (s *Store) groups(items []store.Item) [][]int {
 }
 
 // undo refunds the groups that admitted a request refused elsewhere.
-func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, lease string) {
+func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, slotID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
 	defer cancel()
 	var adj []store.Adjustment
-	var rel store.Lease
+	var rel store.Slots
 	for g, idx := range groups {
 		if !ok[g] {
 			continue
@@ -146,7 +146,7 @@ func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, lease string
 		}
 	}
 	if len(rel.Keys) > 0 {
-		rel.ID = lease
+		rel.ID = slotID
 		s.Release(ctx, rel)
 	}
 	if len(adj) > 0 {
@@ -154,9 +154,9 @@ func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, lease string
 	}
 }
 
-// Slot returns the Redis Cluster hash slot of key (CRC16 of its hash tag,
+// HashSlot returns the Redis Cluster hash slot of key (CRC16 of its hash tag,
 // the part between the first '{' and the next '}' when not empty).
-func Slot(key string) uint16 {
+func HashSlot(key string) uint16 {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
@@ -164,6 +164,11 @@ func Slot(key string) uint16 {
 	}
 	return crc16(key) & 16383
 }
+
+// Slot is the former name of HashSlot.
+//
+// Deprecated: use HashSlot.
+func Slot(key string) uint16 { return HashSlot(key) }
 
 func crc16(s string) uint16 {
 	var crc uint16

@@ -36,7 +36,7 @@ func TestClusterConformance(t *testing.T) {
 }
 
 // A request whose keys span hash slots (and so nodes) is all-or-nothing:
-// refused by one slot, it leaves every other bucket, window and lease set
+// refused by one slot, it leaves every other bucket, window and slot set
 // exactly as it was.
 func TestClusterCrossSlotRefusalLeavesNoTrace(t *testing.T) {
 	c := sluice.NewManualClock(storetest.Epoch)
@@ -44,13 +44,13 @@ func TestClusterCrossSlotRefusalLeavesNoTrace(t *testing.T) {
 	ctx := context.Background()
 	bk := mustSpec(t, 100, 1)
 	win := &store.Spec{Kind: store.SlidingWindow, Window: windowLimit(50, time.Minute)}
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, LeaseTTL: time.Minute}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, SlotTTL: time.Minute}
 	tight := mustSpec(t, 5, 0.001)
 	keys := []string{"global", "tenant:acme", "tools:acme", "user:bob"}
 	slots := map[uint16]bool{}
 	for i, k := range keys {
 		kind := []store.Kind{store.TokenBucket, store.SlidingWindow, store.Concurrency, store.TokenBucket}[i]
-		slots[redisstore.Slot(s.Key(kind, k))] = true
+		slots[redisstore.HashSlot(s.Key(kind, k))] = true
 	}
 	if len(slots) < 3 {
 		t.Fatalf("test keys share slots: %v", slots)
@@ -83,7 +83,7 @@ func TestClusterCrossSlotRefusalLeavesNoTrace(t *testing.T) {
 	c.Advance(2000 * time.Second)
 	its := items(1)
 	r, err := s.Take(ctx, its)
-	if err != nil || !r.Allowed || r.Lease.ID == "" {
+	if err != nil || !r.Allowed || r.Slots.ID == "" {
 		t.Fatalf("admit: %+v %v", r, err)
 	}
 	if its[0].Decision.Remaining != 90 || its[1].Decision.Remaining != 40 || its[2].Decision.Remaining != 2 {

@@ -145,7 +145,7 @@ func windowArgs(_ *Store, sp *store.Spec) (string, []string) {
 // slotArgs are a concurrency limit's: max_in_flight and lease_ttl (us),
 // decimal.
 func slotArgs(_ *Store, sp *store.Spec) (string, []string) {
-	return "", []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.LeaseTTL/time.Microsecond), 10), "", "", "", "", ""}
+	return "", []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.SlotTTL/time.Microsecond), 10), "", "", "", "", ""}
 }
 
 // quotaArgs are a quota's 7 parameter fields: its limit and four period

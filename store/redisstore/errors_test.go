@@ -80,7 +80,7 @@ func TestOOMDecidesExistingKeysRefusesNewOnes(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	sp := mustSpec(t, 100, 0.001)
-	slots, err := store.NewSpec(store.Limit{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Minute})
+	slots, err := store.NewSpec(store.Limit{Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestOOMDecidesExistingKeysRefusesNewOnes(t *testing.T) {
 	}
 	wantClass(t, "charge at OOM", err, redisstore.ClassOOM)
 	// Release works at OOM (ZREM frees memory).
-	if err := s.Release(ctx, held.Lease); err != nil {
+	if err := s.Release(ctx, held.Slots); err != nil {
 		t.Fatalf("release at OOM: %v", err)
 	}
 	err = s.Ping(ctx)
@@ -198,7 +198,7 @@ func TestReplicaIsReadonly(t *testing.T) {
 func TestWrongType(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	slots, err := store.NewSpec(store.Limit{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Minute})
+	slots, err := store.NewSpec(store.Limit{Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

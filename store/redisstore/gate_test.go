@@ -35,7 +35,7 @@ func TestSharedGateOnRedis(t *testing.T) {
 
 func sharedGateOn(t *testing.T, stores []store.Store) {
 	cfg := gate.Config{Name: "provider", Limit: bucket.Limit{Capacity: 40, Rate: 0.001}, MaxInFlight: 3,
-		MaxQueue: 100, MaxWait: 300 * time.Millisecond, LeaseTTL: 5 * time.Second}
+		MaxQueue: 100, MaxWait: 300 * time.Millisecond, SlotTTL: 5 * time.Second}
 	var gates []*gate.Gate
 	for _, st := range stores {
 		cfg.Store = st

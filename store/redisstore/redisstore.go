@@ -31,9 +31,9 @@
 // Keys expire when their state equals a new key's: a token bucket about a
 // second after it is full again (so that most writes keep the TTL), a
 // window when its counts have aged out, an in-flight set with its last
-// lease. In-flight limits are a sorted set of lease ids per key, scored by
+// slot. In-flight limits are a sorted set of slot ids per key, scored by
 // expiry (Unix microseconds): a crashed holder's slot comes back after the
-// lease TTL.
+// slot TTL.
 //
 // All-or-nothing across keys: on a single Redis, and on a cluster when
 // every key of a request is in one hash slot, one script decides them all.
@@ -198,10 +198,10 @@ func (s *Store) Key(k store.Kind, key string) string {
 }
 
 // Take implements store.Store. On a single Redis (or one hash slot) the
-// decision is one atomic script. On a cluster, items in different slots
-// are reserved slot by slot, all at once; when any slot refuses, the
-// others' reservations are refunded exactly (store.Adjust semantics) and
-// their leases released. Precision boundary: between a reservation and its
+// decision is one atomic script. On a cluster, items in different hash
+// slots are taken hash slot by hash slot, all at once; when any refuses,
+// what the others took is refunded exactly (store.Adjust semantics) and
+// their in-flight slots released. Precision boundary: between the take and its
 // refund (one round trip) other requests see those tokens taken, so they
 // may be refused when they would have been admitted (never admitted when
 // they should have been refused).
@@ -217,10 +217,10 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	if len(items) == 0 {
 		return store.Result{Allowed: true}, nil
 	}
-	lease := ""
+	slotID := ""
 	for _, it := range items {
 		if it.Spec.HoldsSlots() && it.Cost > 0 {
-			lease = newLeaseID()
+			slotID = newSlotID()
 			break
 		}
 	}
@@ -230,14 +230,14 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 		groups = s.groups(items)
 	}
 	if len(groups) > 1 {
-		ok, err := s.takeSlots(ctx, items, groups, lease)
+		ok, err := s.takeHashSlots(ctx, items, groups, slotID)
 		if err != nil {
 			return store.Result{}, err
 		}
 		res.Allowed = ok
 	} else {
 		c := callPool.Get().(*call)
-		c.items, c.lease, c.ok, c.err, c.queued = items, lease, false, nil, false
+		c.items, c.slotID, c.ok, c.err, c.queued = items, slotID, false, nil, false
 		c.self[0] = c
 		if s.cluster {
 			s.run(ctx, c.self[:])
@@ -277,8 +277,8 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	for _, it := range items {
 		res.Wait = max(res.Wait, it.Wait)
 		if it.Spec.HoldsSlots() && it.Cost > 0 {
-			res.Lease.ID = lease
-			res.Lease.Keys = append(res.Lease.Keys, s.Key(it.Spec.Kind, it.Key))
+			res.Slots.ID = slotID
+			res.Slots.Keys = append(res.Slots.Keys, s.Key(it.Spec.Kind, it.Key))
 		}
 	}
 	return res, nil
@@ -315,7 +315,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		key := s.Key(a.Spec.Kind, a.Key)
 		sl := uint16(0)
 		if s.cluster {
-			sl = Slot(key)
+			sl = HashSlot(key)
 		}
 		e := bySlot[sl]
 		if e == nil {
@@ -355,23 +355,23 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 }
 
 // Release implements store.Store.
-func (s *Store) Release(ctx context.Context, lease store.Lease) error {
+func (s *Store) Release(ctx context.Context, slots store.Slots) error {
 	select {
 	case <-s.closed:
 		return store.ErrClosed
 	default:
 	}
-	if lease.ID == "" || len(lease.Keys) == 0 {
+	if slots.ID == "" || len(slots.Keys) == 0 {
 		return nil
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	cmds := make(rueidis.Commands, 0, len(lease.Keys))
-	for _, k := range lease.Keys {
+	cmds := make(rueidis.Commands, 0, len(slots.Keys))
+	for _, k := range slots.Keys {
 		if !strings.HasPrefix(k, s.cfg.prefix) {
 			return fmt.Errorf("redisstore: release: key %q is not one of this store's", k)
 		}
-		cmds = append(cmds, s.c.B().Zrem().Key(k).Member(lease.ID).Build())
+		cmds = append(cmds, s.c.B().Zrem().Key(k).Member(slots.ID).Build())
 	}
 	for _, r := range s.c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
@@ -381,8 +381,8 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) error {
 	return nil
 }
 
-// renewScript moves a held slot's expiry (KEYS[1] a lease set, ARGV[1]
-// the lease id) to ARGV[2] microseconds from now (ARGV[3], Unix us; empty:
+// renewScript moves a held slot's expiry (KEYS[1] a slot set, ARGV[1]
+// the slot id) to ARGV[2] microseconds from now (ARGV[3], Unix us; empty:
 // Redis' own TIME), never earlier, and with ARGV[4] '1' keeps the set's
 // key alive that long; a slot released or expired is not revived.
 var renewScript = rueidis.NewLuaScript(`
@@ -404,9 +404,9 @@ if ARGV[4] == '1' then
 end
 return 1`)
 
-// Renew implements store.Renewer: one script call per key of the lease
+// Renew implements store.Renewer: one script call per key of the slot
 // (each on its own hash slot's node, so that it works on Redis Cluster).
-func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration) error {
+func (s *Store) Renew(ctx context.Context, slots store.Slots, ttl time.Duration) error {
 	select {
 	case <-s.closed:
 		return store.ErrClosed
@@ -415,7 +415,7 @@ func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration)
 	if ttl <= 0 {
 		return fmt.Errorf("redisstore: renew: ttl %v must be positive: %w", ttl, store.ErrInvalidItem)
 	}
-	if lease.ID == "" || len(lease.Keys) == 0 {
+	if slots.ID == "" || len(slots.Keys) == 0 {
 		return nil
 	}
 	ctx, cancel := s.ctx(ctx)
@@ -425,13 +425,13 @@ func (s *Store) Renew(ctx context.Context, lease store.Lease, ttl time.Duration)
 		now = strconv.FormatInt(s.cfg.clock.Now().UnixNano()/1000, 10)
 	}
 	us := strconv.FormatInt(int64((ttl+time.Microsecond-1)/time.Microsecond), 10)
-	for _, k := range lease.Keys {
+	for _, k := range slots.Keys {
 		if !strings.HasPrefix(k, s.cfg.prefix) {
 			return fmt.Errorf("redisstore: renew: key %q is not one of this store's", k)
 		}
 	}
-	for _, k := range lease.Keys { // (one key per lease where a gate holds it: no batch to build)
-		if err := renewScript.Exec(ctx, s.c, []string{k}, []string{lease.ID, us, now, s.expire()}).Error(); err != nil {
+	for _, k := range slots.Keys { // (one key per slot where a gate holds it: no batch to build)
+		if err := renewScript.Exec(ctx, s.c, []string{k}, []string{slots.ID, us, now, s.expire()}).Error(); err != nil {
 			return s.fail("renew", err)
 		}
 	}
@@ -449,7 +449,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func newLeaseID() string {
+func newSlotID() string {
 	var b [12]byte
 	rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])

@@ -430,7 +430,7 @@ func TestKeysExpireWhenNewAgain(t *testing.T) {
 		}
 	}
 	// In-flight leases: the set lives as long as its last lease.
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, LeaseTTL: 300 * time.Millisecond}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, SlotTTL: 300 * time.Millisecond}
 	start := time.Now()
 	if _, err := s.Take(ctx, []store.Item{{Key: "c", Spec: conc, Cost: 1}}); err != nil {
 		t.Fatal(err)
@@ -548,24 +548,24 @@ func TestCommonLimitsTakeTheDoublePath(t *testing.T) {
 func TestRenewOnRedisTime(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: 300 * time.Millisecond}
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, SlotTTL: 300 * time.Millisecond}
 	items := []store.Item{{Key: "renew", Spec: sp, Cost: 1}}
 	r, err := s.Take(ctx, items)
 	if err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
-	if err := s.Renew(ctx, r.Lease, 5*time.Second); err != nil {
+	if err := s.Renew(ctx, r.Slots, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(600 * time.Millisecond) // twice the TTL: only the renewal holds the slot
 	if r2, err := s.Take(ctx, items); err != nil || r2.Allowed {
 		t.Fatalf("rule: a renewed slot is held past its TTL: %+v %v", r2, err)
 	}
-	pttl, err := redistest.Do(srv.Addr(t), "PTTL", r.Lease.Keys[0])
+	pttl, err := redistest.Do(srv.Addr(t), "PTTL", r.Slots.Keys[0])
 	if n, _ := strconv.Atoi(strings.TrimPrefix(pttl, ":")); err != nil || n < 3000 {
 		t.Fatalf("the lease set's key expires with its renewed slot: PTTL %q %v", pttl, err)
 	}
-	s.Release(ctx, r.Lease)
+	s.Release(ctx, r.Slots)
 	if r3, err := s.Take(ctx, items); err != nil || !r3.Allowed {
 		t.Fatalf("released: %+v %v", r3, err)
 	}

@@ -73,7 +73,7 @@ func TestKeySizing(t *testing.T) {
 		{"token bucket, limb path", limb, 1, 260, 1002 * time.Second},
 		{"sliding window", spec(store.Limit{Kind: store.SlidingWindow, Window: windowLimit(10, time.Minute)}), 1, 260, 2 * time.Minute},
 		{"fixed window", spec(store.Limit{Kind: store.FixedWindow, Window: windowLimit(10, time.Minute)}), 1, 260, 2 * time.Minute},
-		{"in-flight set, one slot", spec(store.Limit{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Minute}), 1, 300, time.Minute + time.Second},
+		{"in-flight set, one slot", spec(store.Limit{Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: time.Minute}), 1, 300, time.Minute + time.Second},
 	} {
 		ti++
 		before := usedMemory(t, r.Addr)
@@ -104,7 +104,7 @@ func TestKeySizing(t *testing.T) {
 
 	// The book: a request_id's answer (a 300-byte answer), a lease record
 	// with a 100-byte receipt (and its place among the receipts).
-	b := redisstore.NewBook(s, book.Config{IdempotencyWindow: 5 * time.Minute, LeaseWindow: 10 * time.Minute, MaxReceipts: 1 << 30})
+	b := redisstore.NewBook(s, book.Config{IdempotencyWindow: 5 * time.Minute, ReceiptWindow: 10 * time.Minute, MaxReceipts: 1 << 30})
 	answer, receipt := []byte(strings.Repeat("a", 300)), []byte(strings.Repeat("r", 100))
 	before := usedMemory(t, r.Addr)
 	for i := range n {
@@ -117,7 +117,7 @@ func TestKeySizing(t *testing.T) {
 	perID := (usedMemory(t, r.Addr) - before) / n
 	before = usedMemory(t, r.Addr)
 	for range n {
-		if _, err := b.AddLease(ctx, book.Record{Receipt: receipt}); err != nil {
+		if _, err := b.AddRecord(ctx, book.Record{Receipt: receipt}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,20 +8,20 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// A take does not shorten the life of a lease set's key below its latest
-// slot: a slot renewed for longer than the limit's lease TTL keeps its
+// A take does not shorten the life of a slot set's key below its latest
+// slot: a slot renewed for longer than the limit's slot TTL keeps its
 // place when a later slot with the shorter TTL is taken (Redis's clock,
 // key expiry on).
 func TestTakeKeepsARenewedSlotsKeyAlive(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, LeaseTTL: 300 * time.Millisecond}
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, SlotTTL: 300 * time.Millisecond}
 	it := store.Item{Key: "calls", Spec: sp, Cost: 1}
 	long, err := s.Take(ctx, []store.Item{it})
 	if err != nil || !long.Allowed {
 		t.Fatal(long, err)
 	}
-	if err := s.Renew(ctx, long.Lease, 5*time.Second); err != nil {
+	if err := s.Renew(ctx, long.Slots, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if short, err := s.Take(ctx, []store.Item{it}); err != nil || !short.Allowed {

@@ -6,7 +6,7 @@
 -- window, c concurrency, or a kind of kinds.lua; a double-path bucket's letter is followed by an
 -- id naming its parameters), 7 parameters, and its block_for (16 hex
 -- digits of ns, or '' for none: the penalty box, see decide); then R, the number of
--- requests, and per request its lease id, item count m and MaxWait (16
+-- requests, and per request its slot id, item count m and MaxWait (16
 -- hex digits of ns, or '' for none: a request with one books its token
 -- buckets, on the limb path), then 2 fields per item: spec index and cost
 -- (decimal, or 'x' and 16 hex digits).
@@ -67,7 +67,7 @@ local no = 2 -- values in out
 local oks, rems, retries, resets = {}, {}, {}, {} -- a request's items' decisions
 local pend = {} -- a request's items' writes (reused: every request sets its own)
 local items, costs = {}, {} -- a request's items' specs and costs (likewise)
-local lease -- the request's lease id
+local slot_id -- the request's slot id
 local mw -- the request's MaxWait (hex) or ''
 local waits = {} -- a request's items' waits (booked)
 local booked = false -- a request was admitted with a MaxWait
@@ -110,7 +110,7 @@ local function decide0(sp, key, costn, cs, k, i)
   elseif kind ~= 'c' then
     ok, rem, retry, reset, save1 = limbs().kinds[kind].take(sp.at, key, costn, cs, nowhex, expire)
   else
-    -- concurrency: a sorted set of lease ids scored by expiry (Unix us)
+    -- concurrency: a sorted set of slot ids scored by expiry (Unix us)
     local max, ttl = tonumber(ARGV[sp.at]), tonumber(ARGV[sp.at + 1])
     local x = nh * 296 + nl -- ns = nh*2^32 + nl = nh*(4294967*1000 + 296) + nl
     local q = floor(x / 1000)
@@ -134,7 +134,7 @@ local function decide0(sp, key, costn, cs, k, i)
     if last > us then reset = (last - us) * 1000 - r end
     if take > 0 then
       save1 = function()
-        redis.call('ZADD', key, string.format('%d', us + ttl), lease)
+        redis.call('ZADD', key, string.format('%d', us + ttl), slot_id)
         -- the set lives as long as its last slot (never shortened)
         if expire then redis.call('PEXPIRE', key, string.format('%d', math.ceil((last - us) / 1000) + 1)) end
       end
@@ -194,7 +194,7 @@ local function decide(sp, key, costn, cs, k, i)
 end
 
 for req = 1, nreq do
-  lease, mw = ARGV[a], ARGV[a + 2]
+  slot_id, mw = ARGV[a], ARGV[a + 2]
   local m = tonumber(ARGV[a + 1])
   a = a + 3
   local k0 = k -- KEYS index before this request's first item

@@ -115,7 +115,7 @@ func testBookAllOrNothing(t *testing.T, f Factory) {
 	s, _ := open(t, f)
 	a, b := spec(t, 10, 10), spec(t, 10, 1)
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 1, Window: time.Minute}}
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, LeaseTTL: time.Minute}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, SlotTTL: time.Minute}
 	take(t, s, store.Item{Key: "a", Spec: a, Cost: 10}, store.Item{Key: "b", Spec: b, Cost: 10},
 		store.Item{Key: "w", Spec: win, Cost: 1}, store.Item{Key: "c", Spec: conc, Cost: 1})
 	peekAll := func() []sluice.Decision {

@@ -154,13 +154,13 @@ func testAllOrNothing(t *testing.T, f Factory) {
 	}
 	// The window and concurrency kinds take part too.
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 1, Window: time.Minute}}
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Minute}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: time.Minute}
 	w := store.Item{Key: "w", Spec: win, Cost: 1}
 	cc := store.Item{Key: "c", Spec: conc, Cost: 1}
-	if r := take(t, s, g, w, cc); !r.Allowed || r.Lease.ID == "" {
+	if r := take(t, s, g, w, cc); !r.Allowed || r.Slots.ID == "" {
 		t.Fatalf("rule: all or nothing spans kinds (bucket, window, in-flight): first request refused: %+v", r)
 	}
-	if r := take(t, s, g, w, cc); r.Allowed || r.Lease.ID != "" {
+	if r := take(t, s, g, w, cc); r.Allowed || r.Slots.ID != "" {
 		t.Fatalf("rule: all or nothing spans kinds: the full window refuses the request: %+v", r)
 	}
 	if r := take(t, s, store.Item{Key: "c", Spec: conc}); r.Decisions[0].Remaining != 4 {
@@ -178,7 +178,7 @@ func testRefusalReportsState(t *testing.T, f Factory) {
 	s, c := open(t, f)
 	big, small := spec(t, 100, 20), spec(t, 60, 1)
 	win := &store.Spec{Kind: store.SlidingWindow, Window: window.Limit{Limit: 100, Window: time.Minute}}
-	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, LeaseTTL: time.Minute}
+	conc := &store.Spec{Kind: store.Concurrency, MaxInFlight: 5, SlotTTL: time.Minute}
 	items := func(cost int64) []store.Item {
 		return []store.Item{{Key: "tenant", Spec: big, Cost: cost}, {Key: "export", Spec: small, Cost: cost},
 			{Key: "w", Spec: win, Cost: cost}, {Key: "c", Spec: conc, Cost: cost}}
@@ -190,7 +190,7 @@ func testRefusalReportsState(t *testing.T, f Factory) {
 	peekItems := items(0)
 	peek := take(t, s, peekItems...)
 	r := take(t, s, items(30)...) // refused by export (10 + 1 left), admitted by the others alone
-	if r.Allowed || r.Lease.ID != "" {
+	if r.Allowed || r.Slots.ID != "" {
 		t.Fatalf("rule: a request over one limit is refused and takes nothing: %+v", r)
 	}
 	for i, d := range r.Decisions {
@@ -309,37 +309,37 @@ func testQuota(t *testing.T, f Factory) {
 
 func testConcurrency(t *testing.T, f Factory) {
 	s, c := open(t, f)
-	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, LeaseTTL: 30 * time.Second}
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 2, SlotTTL: 30 * time.Second}
 	it := store.Item{Key: "tools", Spec: sp, Cost: 1}
 	l1 := take(t, s, it)
 	c.Advance(time.Second)
 	l2 := take(t, s, it)
-	if !l1.Allowed || !l2.Allowed || l1.Lease.ID == l2.Lease.ID {
-		t.Fatalf("rule: an in-flight cap of 2 admits 2, each with its own lease: %+v %+v", l1, l2)
+	if !l1.Allowed || !l2.Allowed || l1.Slots.ID == l2.Slots.ID {
+		t.Fatalf("rule: an in-flight cap of 2 admits 2, each with its own slot: %+v %+v", l1, l2)
 	}
 	r := take(t, s, it)
 	if r.Allowed || r.Decisions[0].RetryAfter != 29*time.Second {
-		t.Fatalf("rule: an in-flight cap refuses beyond its slots, RetryAfter the first lease's expiry (29s): %+v", r)
+		t.Fatalf("rule: an in-flight cap refuses beyond its slots, RetryAfter the first slot's expiry (29s): %+v", r)
 	}
-	if err := s.Release(context.Background(), l1.Lease); err != nil {
+	if err := s.Release(context.Background(), l1.Slots); err != nil {
 		t.Fatal(err)
 	}
-	s.Release(context.Background(), l1.Lease) // twice: no error, no effect
+	s.Release(context.Background(), l1.Slots) // twice: no error, no effect
 	l3 := take(t, s, it)
 	if !l3.Allowed {
-		t.Fatalf("rule: a released lease frees its slot: %+v", l3)
+		t.Fatalf("rule: a released slot is free again: %+v", l3)
 	}
 	if r := take(t, s, it); r.Allowed {
-		t.Fatal("rule: releasing a lease twice frees one slot")
+		t.Fatal("rule: releasing a slot twice frees one slot")
 	}
 	// A crashed holder's slot comes back after lease_ttl.
 	c.Advance(30 * time.Second) // l2 expires (taken at 1 s); l3 (at 1 s) too
 	if r := take(t, s, it); !r.Allowed || r.Decisions[0].Remaining != 1 {
-		t.Fatalf("rule: a lease not released frees its slot at its TTL: %+v", r)
+		t.Fatalf("rule: a slot not released is free again at its TTL: %+v", r)
 	}
 }
 
-// A renewed lease keeps its slot past its TTL; an expired or released one
+// A renewed slot is kept past its TTL; an expired or released one
 // is not revived. (For stores that implement store.Renewer.)
 func testRenew(t *testing.T, f Factory) {
 	s, c := open(t, f)
@@ -348,7 +348,7 @@ func testRenew(t *testing.T, f Factory) {
 		t.Skipf("%T does not implement store.Renewer", s)
 	}
 	ctx := context.Background()
-	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, LeaseTTL: 10 * time.Second}
+	sp := &store.Spec{Kind: store.Concurrency, MaxInFlight: 3, SlotTTL: 10 * time.Second}
 	it := store.Item{Key: "calls", Spec: sp, Cost: 1}
 	live := func() int64 {
 		t.Helper()
@@ -359,30 +359,30 @@ func testRenew(t *testing.T, f Factory) {
 		t.Fatalf("two slots: %+v %+v", l1, l2)
 	}
 	c.Advance(8 * time.Second)
-	if err := r.Renew(ctx, l1.Lease, 10*time.Second); err != nil {
+	if err := r.Renew(ctx, l1.Slots, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(4 * time.Second) // l2 expired at 10 s (and nothing pruned it yet); l1 lives to 18 s
-	if err := r.Renew(ctx, l2.Lease, 10*time.Second); err != nil {
-		t.Fatalf("renewing an expired lease is not an error: %v", err)
+	if err := r.Renew(ctx, l2.Slots, 10*time.Second); err != nil {
+		t.Fatalf("renewing an expired slot is not an error: %v", err)
 	}
 	if n := live(); n != 1 {
-		t.Fatalf("rule: a renewed lease keeps its slot past its TTL, and an expired one is not revived by Renew: %d slots live, want 1", n)
+		t.Fatalf("rule: a renewed slot is kept past its TTL, and an expired one is not revived by Renew: %d slots live, want 1", n)
 	}
-	s.Release(ctx, l1.Lease)
-	if err := r.Renew(ctx, l1.Lease, 10*time.Second); err != nil {
+	s.Release(ctx, l1.Slots)
+	if err := r.Renew(ctx, l1.Slots, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if n := live(); n != 0 {
-		t.Fatalf("rule: a released lease is not revived by Renew: %d slots live", n)
+		t.Fatalf("rule: a released slot is not revived by Renew: %d slots live", n)
 	}
-	if err := r.Renew(ctx, l1.Lease, 0); err == nil {
+	if err := r.Renew(ctx, l1.Slots, 0); err == nil {
 		t.Fatal("rule: a ttl of 0 is an error")
 	}
-	// A slot renewed for longer than the limit's lease TTL: a later take
+	// A slot renewed for longer than the limit's slot TTL: a later take
 	// reports the set's reset at the latest expiry, not at its own.
 	l3 := take(t, s, it)
-	if err := r.Renew(ctx, l3.Lease, time.Minute); err != nil {
+	if err := r.Renew(ctx, l3.Slots, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if l4 := take(t, s, it); !l4.Allowed || l4.Decisions[0].ResetAfter != time.Minute {

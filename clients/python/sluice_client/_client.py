@@ -50,8 +50,8 @@ class Limit:
 @dataclass(frozen=True)
 class Decision:
     """A check's answer. A refusal is a Decision with ``allowed`` False (and
-    ``retry_after``, seconds), not an exception. ``lease`` settles and
-    releases an admitted request; ``wait`` is, for a reservation, the
+    ``retry_after``, seconds), not an exception. ``lease`` (the receipt id)
+    settles and releases an admitted request; ``wait`` is, for a reservation, the
     seconds after which it may act."""
 
     allowed: bool
@@ -358,7 +358,7 @@ def _wait_of(status: int, headers: Headers) -> Optional[float]:
 class Reservation:
     """A booked place in the limits' line: act after ``wait`` seconds (from
     when it was answered), or ``cancel()`` to give the booking back exactly.
-    ``lease`` settles and releases it."""
+    ``lease`` (the receipt id) settles and releases it."""
 
     def __init__(self, client: Client, decision: Decision, descriptors: Dict[str, str]) -> None:
         self._client = client

@@ -37,7 +37,7 @@ export interface Limit {
   allowed: boolean;
 }
 
-/** A check's answer. A refusal is a Decision with `allowed` false (and `retryAfter`, seconds), not an exception. `lease` settles and releases an admitted request; `wait` is, for a reservation, the seconds after which it may act. */
+/** A check's answer. A refusal is a Decision with `allowed` false (and `retryAfter`, seconds), not an exception. `lease` (the receipt id) settles and releases an admitted request; `wait` is, for a reservation, the seconds after which it may act. */
 export interface Decision {
   allowed: boolean;
   retryAfter: number;

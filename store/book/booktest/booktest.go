@@ -43,16 +43,16 @@ func Run(t *testing.T, f Factory) {
 
 var ctx = context.Background()
 
-func addLease(t *testing.T, b book.Book, r book.Record) string {
+func addRecord(t *testing.T, b book.Book, r book.Record) string {
 	t.Helper()
-	id, err := b.AddLease(ctx, r)
+	id, err := b.AddRecord(ctx, r)
 	if err != nil || id == "" {
-		t.Fatalf("AddLease: %q, %v", id, err)
+		t.Fatalf("AddRecord: %q, %v", id, err)
 	}
 	return id
 }
 
-func slots(id string) store.Lease { return store.Lease{ID: "slot-" + id, Keys: []string{"c:" + id}} }
+func slots(id string) store.Slots { return store.Slots{ID: "slot-" + id, Keys: []string{"c:" + id}} }
 
 // Rule: a request retried with its request_id gets the first answer.
 func testSameRequest(t *testing.T, f Factory) {
@@ -95,16 +95,16 @@ func testForgotten(t *testing.T, f Factory) {
 // receipt is ErrSettled too (nothing to settle).
 func testSettleOnce(t *testing.T, f Factory) {
 	b := f(t, book.Config{})
-	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
+	id := addRecord(t, b, book.Record{Receipt: []byte("rc")})
 	if rc, err := b.TakeReceipt(ctx, id, nil); err != nil || string(rc) != "rc" {
 		t.Fatalf("rule: a receipt is taken once: %q, %v", rc, err)
 	}
 	if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrSettled) {
 		t.Fatalf("rule: a second take is ErrSettled, got %v", err)
 	}
-	noRc := addLease(t, b, book.Record{Slots: slots("x"), SlotsTTL: time.Minute})
+	noRc := addRecord(t, b, book.Record{Slots: slots("x"), SlotsTTL: time.Minute})
 	if _, err := b.TakeReceipt(ctx, noRc, nil); !errors.Is(err, book.ErrSettled) {
-		t.Fatalf("rule: a lease without a receipt has nothing to settle (ErrSettled), got %v", err)
+		t.Fatalf("rule: a record without a receipt has nothing to settle (ErrSettled), got %v", err)
 	}
 }
 
@@ -112,7 +112,7 @@ func testSettleOnce(t *testing.T, f Factory) {
 // returned and a later take gets it.
 func testCheckRefuses(t *testing.T, f Factory) {
 	b := f(t, book.Config{})
-	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
+	id := addRecord(t, b, book.Record{Receipt: []byte("rc")})
 	bad := errors.New("too big")
 	if _, err := b.TakeReceipt(ctx, id, func(rc []byte) error {
 		if string(rc) != "rc" {
@@ -135,10 +135,10 @@ func testUnknown(t *testing.T, f Factory) {
 	b := f(t, book.Config{})
 	for _, id := range []string{"nope", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", ""} {
 		if _, err := b.Slots(ctx, id); !errors.Is(err, book.ErrUnknown) {
-			t.Errorf("rule: an unknown lease's slots are ErrUnknown: %q: %v", id, err)
+			t.Errorf("rule: an unknown receipt id's slots are ErrUnknown: %q: %v", id, err)
 		}
 		if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrUnknown) {
-			t.Errorf("rule: an unknown lease's receipt is ErrUnknown: %q: %v", id, err)
+			t.Errorf("rule: an unknown receipt id's receipt is ErrUnknown: %q: %v", id, err)
 		}
 	}
 }
@@ -149,7 +149,7 @@ func testReceiptCap(t *testing.T, f Factory) {
 	b := f(t, book.Config{MaxReceipts: 10})
 	var ids []string
 	for i := range 13 {
-		ids = append(ids, addLease(t, b, book.Record{Receipt: fmt.Appendf(nil, "rc%d", i)}))
+		ids = append(ids, addRecord(t, b, book.Record{Receipt: fmt.Appendf(nil, "rc%d", i)}))
 	}
 	for i, id := range ids {
 		rc, err := b.TakeReceipt(ctx, id, nil)
@@ -169,9 +169,9 @@ func testReceiptCap(t *testing.T, f Factory) {
 // receipts: its slots are there to release (its receipt may be dropped).
 func testSlotsOutliveCap(t *testing.T, f Factory) {
 	b := f(t, book.Config{MaxReceipts: 5})
-	id := addLease(t, b, book.Record{Slots: slots("held"), SlotsTTL: time.Minute, Receipt: []byte("rc")})
+	id := addRecord(t, b, book.Record{Slots: slots("held"), SlotsTTL: time.Minute, Receipt: []byte("rc")})
 	for range 50 {
-		addLease(t, b, book.Record{Receipt: []byte("other")})
+		addRecord(t, b, book.Record{Receipt: []byte("other")})
 	}
 	got, err := b.Slots(ctx, id)
 	if err != nil || got.ID != slots("held").ID || len(got.Keys) != 1 {
@@ -183,27 +183,27 @@ func testSlotsOutliveCap(t *testing.T, f Factory) {
 }
 
 // Rule: a record holding slots lives until they expire, even past the
-// lease window; then it is unknown.
+// receipt window; then it is unknown.
 func testSlotsOutliveWindow(t *testing.T, f Factory) {
-	b := f(t, book.Config{LeaseWindow: 200 * time.Millisecond})
-	id := addLease(t, b, book.Record{Slots: slots("long"), SlotsTTL: 1500 * time.Millisecond})
+	b := f(t, book.Config{ReceiptWindow: 200 * time.Millisecond})
+	id := addRecord(t, b, book.Record{Slots: slots("long"), SlotsTTL: 1500 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
 	if got, err := b.Slots(ctx, id); err != nil || got.ID == "" {
-		t.Fatalf("rule: slots outlive the lease window until their TTL: %+v, %v", got, err)
+		t.Fatalf("rule: slots outlive the receipt window until their TTL: %+v, %v", got, err)
 	}
 	time.Sleep(2500 * time.Millisecond) // past the TTL, with slack (Redis expires keys on access)
 	if _, err := b.Slots(ctx, id); !errors.Is(err, book.ErrUnknown) {
-		t.Fatalf("rule: after its slots' TTL and the window a lease is unknown: %v", err)
+		t.Fatalf("rule: after its slots' TTL and the window its receipt id is unknown: %v", err)
 	}
 }
 
-// Rule: a receipt past the lease window is gone (ErrUnknown), not dropped.
+// Rule: a receipt past the receipt window is gone (ErrUnknown), not dropped.
 func testReceiptsExpire(t *testing.T, f Factory) {
-	b := f(t, book.Config{LeaseWindow: 200 * time.Millisecond})
-	id := addLease(t, b, book.Record{Receipt: []byte("rc")})
+	b := f(t, book.Config{ReceiptWindow: 200 * time.Millisecond})
+	id := addRecord(t, b, book.Record{Receipt: []byte("rc")})
 	time.Sleep(700 * time.Millisecond)
 	if _, err := b.TakeReceipt(ctx, id, nil); !errors.Is(err, book.ErrUnknown) {
-		t.Fatalf("rule: a receipt past the lease window is ErrUnknown: %v", err)
+		t.Fatalf("rule: a receipt past the receipt window is ErrUnknown: %v", err)
 	}
 	if b.Dropped() != 0 {
 		t.Fatalf("rule: expiry is not a drop: Dropped() = %d", b.Dropped())
@@ -219,7 +219,7 @@ func testBinaryReceipt(t *testing.T, f Factory) {
 		rc[i] = byte(i)
 	}
 	for _, r := range []book.Record{{Receipt: rc}, {Receipt: rc, Slots: slots("bin"), SlotsTTL: time.Minute}} {
-		id := addLease(t, b, r)
+		id := addRecord(t, b, r)
 		got, err := b.TakeReceipt(ctx, id, func(b []byte) error {
 			if !bytes.Equal(b, rc) {
 				t.Errorf("rule: check sees the receipt's bytes exactly: %d bytes", len(b))
