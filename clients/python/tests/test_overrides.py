@@ -143,6 +143,26 @@ class ListAndResolve(unittest.TestCase):
         self.assertTrue(r.effective is not None and r.effective.deny)
 
 
+class Checks(unittest.TestCase):
+    def test_checks_follow_overrides(self) -> None:
+        c = Client(srv.url)
+        t = tenant()
+        c.set_override("tenant_api", {"tenant": t}, capacity=2)
+        self.assertEqual([c.check({"tenant": t}).allowed for _ in range(3)], [True, True, False], "the override's capacity, not the policy's 10")
+        c.set_override("tenant_api", {"tenant": t}, deny=True)
+        with self.assertRaises(BadRequest) as e:
+            c.check({"tenant": t})
+        self.assertEqual((e.exception.status, e.exception.code), (403, "denied"))
+        c.delete_override("tenant_api", {"tenant": t})
+        listed = c.list_overrides("tenant_api", {"tenant": t}).overrides
+        self.assertEqual(listed, [])
+        c.set_override("tenant_api", {"tenant": t}, unlimited=True)
+        self.assertTrue(all(c.check({"tenant": t}, cost=10).allowed for _ in range(5)))
+        o = c.get_override("tenant_api", {"tenant": t})
+        assert o is not None and o.last_matched_at is not None
+        self.assertEqual(o.matched_total, 5)
+
+
 class Errors(unittest.TestCase):
     def test_service_errors(self) -> None:
         c = Client(srv.url)

@@ -109,6 +109,21 @@ test("resolve: exact, then the longer prefix, then *; the policy; a limit that d
   assert.equal((await c.resolve("tenant_api", { tenant: t + "d" })).effective?.deny, true);
 });
 
+test("checks follow overrides: a capacity, a deny (403 denied), unlimited", async () => {
+  const t = tenant();
+  await c.setOverride("tenant_api", { tenant: t }, { capacity: 2 });
+  const got = [];
+  for (let i = 0; i < 3; i++) got.push((await c.check({ descriptors: { tenant: t } })).allowed);
+  assert.deepEqual(got, [true, true, false], "the override's capacity, not the policy's 10");
+  await c.setOverride("tenant_api", { tenant: t }, { deny: true });
+  await rejects(c.check({ descriptors: { tenant: t } }), 403, "denied");
+  await c.setOverride("tenant_api", { tenant: t }, { unlimited: true });
+  for (let i = 0; i < 5; i++) assert.ok((await c.check({ descriptors: { tenant: t }, cost: 10 })).allowed);
+  const o = await c.getOverride("tenant_api", { tenant: t });
+  assert.ok(o?.lastMatchedAt instanceof Date);
+  assert.ok(o.matchedTotal >= 5, String(o.matchedTotal));
+});
+
 test("every override error code", async () => {
   await rejects(c.setOverride("nope", { tenant: "a" }, { capacity: 1 }), 404, "unknown_limit");
   await rejects(c.setOverride("tenant_api", { tenant: "a" }, { limit: 5 }), 422, "kind_mismatch");
