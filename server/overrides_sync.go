@@ -35,21 +35,78 @@ func (s *Server) SyncOverridesNow(ctx context.Context) error {
 	return err
 }
 
-// SyncOverrides calls SyncOverridesNow every period until ctx is done
-// (the first call after one period), or until the store is closed,
-// logging the store's errors (at most a few a second). An override set through another instance applies here
-// within a period (and the store's answer time); one that expires stops
-// applying at its expiry exactly, whether or not it has been swept.
+// OverridesWatcher is an overrides.Store that announces its changes
+// (store/redisstore's Overrides): Watch calls changed, without blocking,
+// soon after each change made through any instance and each time its
+// announcements (re)start, and failed with the error each time they stop;
+// it returns when ctx is done or the store is closed.
+type OverridesWatcher interface {
+	Watch(ctx context.Context, changed func(), failed func(error)) error
+}
+
+// watchGap is the least time between two syncs an announcement starts: a
+// burst of changes costs an instance at most one store call per gap.
+const watchGap = 50 * time.Millisecond
+
+// SyncOverrides keeps the Set in step with the store until ctx is done or
+// the store is closed: it calls SyncOverridesNow once period has passed
+// since its last call (the first after one period), and, when the store
+// is an OverridesWatcher, at once after an announcement (but watchGap
+// after the previous call at the earliest; the announcements that arrive
+// meanwhile are read by that one call). It logs the store's errors and
+// the announcements' failures (at most a few a second).
+//
+// So an override set through another instance applies here within the
+// announcement's delivery and one store call (a few milliseconds on one
+// network) and, when announcements are lost (a subscription dropped,
+// Redis restarting), within period and one store call; with nothing
+// changing, an instance makes one store call per period. One that
+// expires stops applying at its expiry exactly, whether or not it has
+// been swept.
 func (s *Server) SyncOverrides(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
+	wake := make(chan struct{}, 1)
+	if w, ok := s.cfg.OverrideStore.(OverridesWatcher); ok && s.cfg.Overrides != nil {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			_ = w.Watch(wctx, func() {
+				select {
+				case wake <- struct{}{}:
+				default: // (a sync is due already)
+				}
+			}, func(err error) {
+				if wctx.Err() == nil {
+					s.syncLog.Log(slog.String("error", err.Error()))
+				}
+			})
+		}()
+	}
+	t := time.NewTimer(period)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-wake:
+			if d := time.Since(last); d < watchGap {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(watchGap - d):
+				}
+			}
+		}
+		select {
+		case <-wake: // (announced before this read starts: it reads that change too)
+		default:
 		}
 		err := s.SyncOverridesNow(ctx)
+		last = time.Now()
+		t.Reset(period)
 		switch {
 		case err == nil:
 		case errors.Is(err, overrides.ErrClosed):
