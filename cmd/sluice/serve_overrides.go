@@ -28,11 +28,13 @@ type overrideFlags struct {
 	StateDir       string `help:"Directory where --store memory keeps the overrides set through /v1/overrides (overrides.json, rewritten atomically on every change, read at start; a corrupt file stops the start). Without it they last as long as the process; on Redis they live in Redis." type:"path"`
 }
 
-// overrideSyncPeriod is how often an instance applies its overrides
-// store's changes (one small call) and sweeps the expired ones: under a
-// second, so that a change through one instance applies on every other
-// within 1 s (the period, then one store call).
-const overrideSyncPeriod = 800 * time.Millisecond
+// overrideSyncPeriod is how often, at the latest, an instance applies
+// its overrides store's changes (one small call) and sweeps the expired
+// ones. On Redis each change is also announced (Pub/Sub) and applied on
+// every instance at once (a few ms); the poll brings the ones whose
+// announcement was lost within a period and one call, and is an idle
+// instance's only overrides call: one a second.
+const overrideSyncPeriod = time.Second
 
 // validateOverrides checks the overrides' flags (a usage error).
 func (c serveCmd) validateOverrides() error {
