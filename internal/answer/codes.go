@@ -95,7 +95,7 @@ var table = [...]Entry{
 	{BadReceipt, 500, 0, "The receipt stored under this receipt id is unreadable."},
 	{NoPolicy, 503, 0, "`/readyz` with no policy loaded; 404 on the `/v1/` paths of an Envoy-config service (`--envoy-config`), which decides over gRPC only."},
 	{Retry, 503, 0, "The first request with this `request_id` has not finished: retry later."},
-	{StoreError, 503, GRPCUnavailable, "The limit store failed, or answered and refused (a replica, a missing script), for a limit whose `on_store_error` does not answer without it; or the store of `request_id` answers and leases failed, or the store of the overrides (`/v1/overrides`) did."},
+	{StoreError, 503, GRPCUnavailable, "The limit store failed, or answered and refused (a replica, a missing script), for a limit whose `on_store_error` does not answer without it; or the store of `request_id` answers and receipts failed, or the store of the overrides (`/v1/overrides`) did."},
 	{StoreFull, 503, GRPCResourceExhausted, "The key cap (`--max-keys`) is reached with every key held by a live slot, or Redis at `maxmemory` refuses a new key; with `Retry-After` when a slot frees room. Nothing was taken."},
 	{StoreRefusing, 503, 0, "`/readyz` (the body's `code`): the store answers and refuses every decision."},
 	{StoreUnreachable, 503, 0, "`/readyz` (the body's `code`): the store is unreachable and a limit in force fails closed, or `--ready-requires-store`."},
