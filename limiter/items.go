@@ -66,9 +66,6 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 	named := 0 // limits of req.Costs met
 	items, which, ends, user, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.user[:0], sc.key[:0]
 	limits := res.Limits[:0]
-	var rules []*overrides.Rule
-	var now time.Time
-	odd := false
 	for i, lim := range c.p.Limits {
 		from := len(key)
 		k, ok := lim.AppendKey(append(key, c.prefix[i]...), req.Descriptors)
@@ -83,28 +80,6 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 			k, _ = lim.AppendKey(append(k, c.prefix[i]...), req.Descriptors)
 		}
 		key = k
-		spec, capacity := c.specs[i], c.status[i].Capacity
-		var rule *overrides.Rule
-		if c.ix[i].Len() > 0 {
-			if now.IsZero() {
-				now = time.Now()
-			}
-			if rule = c.ix[i].Resolve(req.Descriptors, now); rule != nil {
-				rule.Hit(now)
-				if rules == nil {
-					rules = sc.rules[:0]
-					if rules == nil {
-						rules = make([]*overrides.Rule, 0, 8)
-					}
-					for range items {
-						rules = append(rules, nil)
-					}
-				}
-			}
-		}
-		if rules != nil {
-			rules = append(rules, rule)
-		}
 		itemCost := cost
 		if req.Costs != nil {
 			if v, ok := req.Costs[lim.Name]; ok {
@@ -119,27 +94,7 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		if c.conc[i] {
 			itemCost, shown = 1, 1
 		}
-		limits = append(limits, c.status[i])
-		st := &limits[len(limits)-1]
-		st.TokenCost = shown
-		var base *store.Spec
-		if rule != nil {
-			var shadow bool
-			spec, capacity, shadow = c.overridden(i, rule, st)
-			odd = odd || shadow || skipped(rule)
-			if err := c.overrideCostError(i, rule, itemCost, capacity, shadow); err != nil {
-				sc.key = key[:0]
-				return nil, err
-			}
-			if spec != c.specs[i] {
-				if c.converts {
-					base = c.specs[i]
-				} else if tag := spec.StateTag(); tag != c.specs[i].StateTag() {
-					// (a store that keeps one spec per key: a key of the spec's own)
-					key, userKey = c.appendKey(i, key[:from], keyPrefix(lim.Name, spec), req.Descriptors)
-				}
-			}
-		} else if itemCost > capacity {
+		if itemCost > c.status[i].Capacity && c.ix[i].Len() == 0 { // (with overrides: overrides' pass)
 			if err := c.costError(i, itemCost); err != nil {
 				sc.key = key[:0]
 				return nil, err
@@ -148,14 +103,29 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		if req.Peek {
 			itemCost = 0
 		}
-		items = append(items, store.Item{Spec: spec, Cost: itemCost, Base: base})
+		items = append(items, store.Item{Spec: c.specs[i], Cost: itemCost})
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
+		limits = append(limits, c.status[i])
+		limits[len(limits)-1].TokenCost = shown
 	}
-	sc.which, sc.ends, sc.user, sc.key, sc.odd = which, ends, user, key, odd
-	if rules != nil {
-		sc.rules = rules
-	} else if sc.rules != nil {
+	sc.which, sc.ends, sc.user, sc.key, sc.odd = which, ends, user, key, false
+	if len(sc.rules) > 0 {
 		sc.rules = sc.rules[:0]
+	}
+	var moved []int // per item, where its key starts when it was rendered anew (-1: not)
+	if c.anyIx {
+		for j, i := range which {
+			if c.ix[i].Len() == 0 {
+				continue
+			}
+			var err error
+			if moved, err = c.overridesPass(req, sc, items, limits, j); err != nil {
+				sc.key = sc.key[:0]
+				return nil, err
+			}
+			key = sc.key
+			break
+		}
 	}
 	if len(items) == 0 && req.RefuseUnmatched && !c.p.AllowUnmatched {
 		return nil, noLimitApplies(c.p, req.Descriptors)
@@ -166,16 +136,86 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 	// The keys, now that the buffer has stopped growing.
 	from := 0
 	for j := range items {
+		at, end := from, ends[j]
+		if moved != nil && moved[j] >= 0 {
+			at, end = moved[j], moved[j+len(items)]
+		}
 		if borrow {
-			items[j].Key = unsafe.String(&key[from], ends[j]-from)
+			items[j].Key = unsafe.String(&key[at], end-at)
 		} else {
-			items[j].Key = string(key[from:ends[j]])
+			items[j].Key = string(key[at:end])
 		}
 		from = ends[j]
 	}
 	sc.items = items
 	res.Allowed, res.Limits, res.Cost, res.Wait = true, limits, cost, 0
 	return items, nil
+}
+
+// overridesPass applies the overrides of the limits planned (items, their
+// statuses limits; sc as plan left it): for each item of a limit with
+// overrides, the one Resolve finds for the request, if any, gives its spec
+// (and base, store.Item.Base), status and cost check (applyRule), and is
+// counted (Rule.Hit); sc.rules gets each item's override and sc.odd says
+// whether one makes an item shadow or skips the store. An item without
+// one gets the cost check plan left to it. On a store that does not
+// convert specs, an override's spec of another state tag has its key
+// rendered anew at the end of sc.key: moved holds, per item, its start
+// (-1: not moved) and, len(items) further, its end. The clock is read
+// once, and only for a limit with overrides. Items before first have
+// none.
+func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, limits []LimitStatus, first int) (moved []int, err error) {
+	var now time.Time
+	for j := first; j < len(items); j++ {
+		i := sc.which[j]
+		if c.ix[i].Len() == 0 {
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		st := &limits[j]
+		rule := c.ix[i].Resolve(req.Descriptors, now)
+		if rule == nil {
+			if st.TokenCost > st.Capacity {
+				if err := c.costError(i, st.TokenCost); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		rule.Hit(now)
+		if len(sc.rules) == 0 {
+			for range items {
+				sc.rules = append(sc.rules, nil)
+			}
+		}
+		sc.rules[j] = rule
+		spec, capacity, shadow := c.overridden(i, rule, st)
+		sc.odd = sc.odd || shadow || skipped(rule)
+		if err := c.overrideCostError(i, rule, st.TokenCost, capacity, shadow); err != nil {
+			return nil, err
+		}
+		if spec == c.specs[i] {
+			continue
+		}
+		items[j].Spec = spec
+		if c.converts {
+			items[j].Base = c.specs[i]
+		} else if spec.StateTag() != c.specs[i].StateTag() {
+			// (a store that keeps one spec per key: a key of the spec's own)
+			if moved == nil {
+				moved = make([]int, 2*len(items))
+				for k := range items {
+					moved[k] = -1
+				}
+			}
+			at := len(sc.key)
+			sc.key, sc.user[j] = c.appendKey(i, sc.key, keyPrefix(c.p.Limits[i].Name, spec), req.Descriptors)
+			moved[j], moved[j+len(items)] = at, len(sc.key)
+		}
+	}
+	return moved, nil
 }
 
 // appendKey appends limit i's key for desc under prefix (its hash tag

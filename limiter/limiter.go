@@ -104,6 +104,7 @@ type compiled struct {
 	// converts: the store converts a key's state between specs
 	// (store.SpecConverter), so an override's spec shares the policy's key
 	converts bool
+	anyIx    bool // a Set is applied (ix holds Indexes)
 }
 
 type metrics struct {

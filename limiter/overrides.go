@@ -79,6 +79,7 @@ func (l *Limiter) withOverrides(c *compiled) {
 	if sc, ok := l.st.(store.SpecConverter); ok {
 		c.converts = sc.ConvertsSpecs()
 	}
+	c.anyIx = l.ovr != nil && len(c.p.Limits) > 0
 	for i, lim := range c.p.Limits {
 		if l.ovr != nil {
 			c.ix[i] = l.ovr.Index(lim.Name)

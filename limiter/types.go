@@ -77,10 +77,13 @@ type LimitStatus struct {
 	// WithShadow): evaluated and counted, never refusing; ShadowRefused is
 	// its would-be refusal (then Allowed is false, and it took nothing,
 	// while the request may be admitted).
-	Shadow        bool          `json:"shadow,omitempty"`
-	ShadowRefused bool          `json:"shadow_refused,omitempty"`
-	RetryAfter    time.Duration `json:"-"`
-	ResetAfter    time.Duration `json:"-"`
+	Shadow        bool `json:"shadow,omitempty"`
+	ShadowRefused bool `json:"shadow_refused,omitempty"`
+	// Denied marks a refusal by an override with deny: true (Allowed is
+	// false whatever the limit's state; retrying is useless).
+	Denied     bool          `json:"denied,omitempty"`
+	RetryAfter time.Duration `json:"-"`
+	ResetAfter time.Duration `json:"-"`
 	// Period is a quota's calendar period ("day", "week", "month",
 	// "year"); empty for other kinds.
 	Period string `json:"period,omitempty"`
@@ -89,9 +92,6 @@ type LimitStatus struct {
 	// (the longest a slot stays taken), a quota's nominal period
 	// (policy.Limit.Span); 0 for token buckets.
 	Window time.Duration `json:"-"`
-	// Denied marks a refusal by an override with deny: true (Allowed is
-	// false whatever the limit's state; retrying is useless).
-	Denied bool `json:"denied,omitempty"`
 	// Override is the override that decided this limit for the request
 	// (nil: the policy's limit did); JSON shows it as "override":
 	// {"match": ...}. Capacity, RefillPerSecond, Window and Period are the

@@ -361,7 +361,10 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 			if e != nil {
 				cur = e.entry
 			}
-			cur, exists := shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+			exists := e != nil
+			if it.Base != nil || len(shd.specs) > 0 {
+				cur, exists = shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+			}
 			m.next[i], it.Decision, it.Wait = decide(*it, cur, exists, d, s.wall(wall, d))
 			if it.Spec.BlockFor > 0 {
 				it.Decision = penalize(shd, e, it, it.Decision, d, s.wall(wall, d))
@@ -544,7 +547,10 @@ func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice
 	if e != nil {
 		cur = e.entry
 	}
-	cur, exists := shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+	exists := e != nil
+	if it.Base != nil || len(shd.specs) > 0 {
+		cur, exists = shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+	}
 	_, dec := step(it, cur, exists, d, s.wall(wall, d))
 	return dec
 }
