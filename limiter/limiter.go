@@ -525,7 +525,7 @@ func (l *Limiter) cancelBooking(items []store.Item, res *Result, wait time.Durat
 	adj := make([]store.Adjustment, 0, len(items))
 	for _, it := range items {
 		if !it.Spec.HoldsSlots() && it.Cost > 0 && it.Decision.Allowed { // (a shadow limit that refused took nothing)
-			adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Delta: -it.Cost, RefundBefore: it.RefundBefore})
+			adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Base: it.Base, Delta: -it.Cost, RefundBefore: it.RefundBefore})
 		}
 	}
 	// A fresh context: the caller's has ended, and the tokens must go back.

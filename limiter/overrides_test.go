@@ -274,3 +274,35 @@ func TestOverrideNone(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
+
+// Settling a request an override decided returns its cost to the key
+// under the override's spec; a pause applies to it too.
+func TestOverrideSettleAndPause(t *testing.T) {
+	c := sluice.NewManualClock(epoch)
+	l, _ := overLimiter(t, memstore.New(memstore.WithClock(c)), []overrides.Override{
+		{Name: "api", Match: map[string]string{"tenant": "big"}, Params: overrides.Params{Capacity: 100, RefillPerSecond: 10}},
+	})
+	ctx := context.Background()
+	d := map[string]string{"tenant": "big"}
+	res, err := l.Check(ctx, limiter.Request{Descriptors: d, Cost: 60, Receipt: true})
+	if err != nil || !res.Allowed || statusOf(t, res, "api").TokensRemaining != 40 {
+		t.Fatalf("a cost of 60 under a capacity of 100: %+v %v", res, err)
+	}
+	if err := l.Settle(ctx, res.Receipt, 10); err != nil {
+		t.Fatal(err)
+	}
+	res, err = l.Check(ctx, limiter.Request{Descriptors: d, Peek: true})
+	if err != nil || statusOf(t, res, "api").TokensRemaining != 90 {
+		t.Fatalf("after settling 60 to 10: %+v %v, want 90 left", statusOf(t, res, "api"), err)
+	}
+	if _, err := l.Pause(ctx, d, time.Second, []string{"api"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := l.Check(ctx, limiter.Request{Descriptors: d}); res.Allowed {
+		t.Fatal("admitted during a pause")
+	}
+	c.Advance(time.Second + 100*time.Millisecond)
+	if res, _ := l.Check(ctx, limiter.Request{Descriptors: d}); !res.Allowed {
+		t.Fatalf("refused after the pause: %+v", res)
+	}
+}

@@ -60,7 +60,7 @@ func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d ti
 			}
 			continue
 		}
-		adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Pause: d})
+		adj = append(adj, store.Adjustment{Key: it.Key, Spec: it.Spec, Base: it.Base, Pause: d})
 		names, shown = append(names, lim.Name), append(shown, it.Key[sc.user[k]:])
 	}
 	for _, n := range limits {
@@ -81,7 +81,7 @@ func (l *Limiter) Pause(ctx context.Context, descriptors map[string]string, d ti
 	// empty until its ResetAfter less its time to refill).
 	peek := make([]store.Item, len(adj))
 	for j, a := range adj {
-		peek[j] = store.Item{Key: a.Key, Spec: a.Spec}
+		peek[j] = store.Item{Key: a.Key, Spec: a.Spec, Base: a.Base}
 	}
 	if _, err := l.st.Take(ctx, peek); err == nil {
 		for j := range peek {
