@@ -202,6 +202,11 @@ func DecodeKey(body []byte) (name string, match map[string]string, err error) {
 // accepted (TimeFormat or any RFC 3339 time, or null).
 func (o *Override) UnmarshalJSON(b []byte) error {
 	var x Override
+	if decodeCompact(b, &x, recordFields) && x.checkFields() == nil {
+		*o = x
+		return nil
+	}
+	x = Override{}
 	if err := decodeObject(b, &x, recordFields); err != nil {
 		return err
 	}
@@ -288,7 +293,7 @@ func decodeObject(body []byte, o *Override, fields map[string]field) error {
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return bad("", "the body must be one JSON object")
 	}
-	seen := map[string]bool{}
+	var seen seenFields
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
@@ -299,22 +304,8 @@ func decodeObject(body []byte, o *Override, fields map[string]field) error {
 		if err := dec.Decode(&raw); err != nil {
 			return bad(key, "malformed JSON: %v", err)
 		}
-		f, ok := fields[key]
-		switch {
-		case !ok:
-			return bad("", "%s", unknown(key, fields))
-		case seen[key]:
-			return bad(key, "given twice")
-		case string(raw) == "null" && key != "expires_at":
-			return bad(key, "must not be null (leave it out)")
-		}
-		seen[key] = true
-		if err := f(o, raw); err != nil {
-			var e *Error
-			if errors.As(err, &e) {
-				return e
-			}
-			return bad(key, "%v", err)
+		if err := member(o, fields, &seen, key, raw); err != nil {
+			return err
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
@@ -323,11 +314,56 @@ func decodeObject(body []byte, o *Override, fields map[string]field) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return bad("", "the body must be one JSON object, with nothing after it")
 	}
-	if fields["match"] != nil && !seen["match"] {
-		return bad("match", "missing match (an object of descriptor: value; {} matches every request)")
+	return missing(o, fields, &seen)
+}
+
+// member decodes the object's member key: raw into o by its field.
+func member(o *Override, fields map[string]field, seen *seenFields, key string, raw []byte) error {
+	bad := func(field, format string, args ...any) error {
+		return errorf(ErrBadRequest, o.Name, field, format, args...)
+	}
+	f, ok := fields[key]
+	switch {
+	case !ok:
+		return bad("", "%s", unknown(key, fields))
+	case seen.has(key):
+		return bad(key, "given twice")
+	case string(raw) == "null" && key != "expires_at":
+		return bad(key, "must not be null (leave it out)")
+	}
+	seen.add(key)
+	if err := f(o, raw); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return e
+		}
+		return bad(key, "%v", err)
 	}
 	return nil
 }
+
+// missing reports a required field that the object lacks.
+func missing(o *Override, fields map[string]field, seen *seenFields) error {
+	if fields["match"] != nil && !seen.has("match") {
+		return errorf(ErrBadRequest, o.Name, "match", "missing match (an object of descriptor: value; {} matches every request)")
+	}
+	return nil
+}
+
+// seenFields are the fields of an object decoded so far (a few: every
+// field is known and given once, or the object is refused).
+type seenFields struct{ names []string }
+
+func (s *seenFields) has(key string) bool {
+	for _, n := range s.names {
+		if n == key {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *seenFields) add(key string) { s.names = append(s.names, key) }
 
 // unknown says that key is no field, naming the one it matches in another
 // case.
@@ -341,6 +377,15 @@ func unknown(key string, fields map[string]field) string {
 }
 
 func decodeMatch(o *Override, raw []byte) error {
+	if m, ok := splitMatch(raw); ok {
+		o.Match = m
+		return nil
+	}
+	return decodeMatchJSON(o, raw)
+}
+
+// decodeMatchJSON is decodeMatch through encoding/json, for any input.
+func decodeMatchJSON(o *Override, raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return errors.New("must be an object of descriptor: value")
@@ -372,6 +417,10 @@ func decodeMatch(o *Override, raw []byte) error {
 func decodeStr(raw []byte, s *string) error {
 	if len(raw) == 0 || raw[0] != '"' {
 		return fmt.Errorf("%s is not a string", raw)
+	}
+	if plainString(raw) {
+		*s = string(raw[1 : len(raw)-1])
+		return nil
 	}
 	return json.Unmarshal(raw, s)
 }
