@@ -481,7 +481,7 @@ func (x *Overrides) decode(fields []string, recs map[string]string, full bool) (
 	for _, f := range fields {
 		if rec := recs[f]; rec != "" {
 			var o overrides.Override
-			if err := json.Unmarshal([]byte(rec), &o); err == nil && o.Key() == keyOfField(f) {
+			if err := o.UnmarshalJSON([]byte(rec)); err == nil && o.Key() == keyOfField(f) {
 				ch.Records = append(ch.Records, o)
 				continue
 			}
