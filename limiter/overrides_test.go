@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -304,5 +305,46 @@ func TestOverrideSettleAndPause(t *testing.T) {
 	c.Advance(time.Second + 100*time.Millisecond)
 	if res, _ := l.Check(ctx, limiter.Request{Descriptors: d}); !res.Allowed {
 		t.Fatalf("refused after the pause: %+v", res)
+	}
+}
+
+// CheckMany (the Envoy service's admission): a deny of one request
+// refuses the call and takes nothing; an override's spec decides its
+// request's item.
+func TestOverrideCheckMany(t *testing.T) {
+	l, _ := overLimiter(t, memstore.New(), []overrides.Override{
+		{Name: "api", Match: map[string]string{"tenant": "bad"}, Params: overrides.Params{Deny: true}},
+		{Name: "api", Match: map[string]string{"tenant": "big"}, Params: overrides.Params{Capacity: 100}},
+	})
+	ctx := context.Background()
+	out, err := l.CheckMany(ctx, []limiter.Request{{Descriptors: map[string]string{"tenant": "big"}, Cost: 50}, {Descriptors: map[string]string{"tenant": "bad"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Allowed || !statusOf(t, out.Results[1], "api").Denied || out.Results[1].DeniedBy() != "api" {
+		t.Fatalf("a call with a denied request: %+v", out)
+	}
+	out, err = l.CheckMany(ctx, []limiter.Request{{Descriptors: map[string]string{"tenant": "big"}, Cost: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := statusOf(t, out.Results[0], "api"); !out.Allowed || a.TokensRemaining != 50 || a.Capacity != 100 {
+		t.Fatalf("the denied call took from the others, or the override did not decide: %+v", a)
+	}
+}
+
+// A refusal under an override is logged with the override's match (and
+// denied for a deny).
+func TestOverrideLogged(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	l, _ := overLimiter(t, memstore.New(), []overrides.Override{
+		{Name: "api", Match: map[string]string{"tenant": "bad"}, Params: overrides.Params{Deny: true}},
+	}, limiter.WithLogger(log))
+	if _, err := l.Check(context.Background(), limiter.Request{Descriptors: map[string]string{"tenant": "bad"}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := buf.String(); !strings.Contains(s, `"override":{"match":{"tenant":"bad"}}`) || !strings.Contains(s, `"denied":true`) {
+		t.Fatalf("log: %s", s)
 	}
 }
