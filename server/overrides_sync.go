@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/overrides"
 )
 
@@ -66,6 +67,8 @@ const watchGap = 50 * time.Millisecond
 func (s *Server) SyncOverrides(ctx context.Context, period time.Duration) {
 	wake := make(chan struct{}, 1)
 	if w, ok := s.cfg.OverrideStore.(OverridesWatcher); ok && s.cfg.Overrides != nil {
+		watchLog := ratelog.New(s.cfg.Logger, slog.LevelWarn,
+			"overrides announcements not received: changes through other instances apply here at the next poll")
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		defer func() { cancel(); <-done }()
@@ -78,7 +81,7 @@ func (s *Server) SyncOverrides(ctx context.Context, period time.Duration) {
 				}
 			}, func(err error) {
 				if wctx.Err() == nil {
-					s.syncLog.Log(slog.String("error", err.Error()))
+					watchLog.Log(slog.String("error", err.Error()))
 				}
 			})
 		}()
