@@ -229,7 +229,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
 			c.specs[i], c.prefix[i] = old.specs[j], old.prefix[j]
 		} else {
-			sp, err := specOf(lim)
+			sp, err := specOf(lim, l.shadowAll)
 			if err != nil {
 				return fmt.Errorf("limiter: limit %q: %w", lim.Name, err)
 			}
@@ -312,15 +312,21 @@ func sameLimit(a, b *policy.Limit) bool {
 	return a.Limit == b.Limit && a.Key == b.Key && a.OnStoreError == b.OnStoreError
 }
 
-func specOf(lim *policy.Limit) (*store.Spec, error) {
-	sp, err := kindSpec(lim)
+// specOf compiles lim's spec; shadow (WithShadow) drops its BlockFor, as
+// a shadow policy limit's (a shadow refusal blocks no key). It is
+// compiled once per limit (SetPolicy keeps it while the limit is
+// unchanged): stores may key caches by the spec's pointer.
+func specOf(lim *policy.Limit, shadow bool) (*store.Spec, error) {
+	sl := lim.StoreLimit()
+	if shadow {
+		sl.BlockFor = 0
+	}
+	sp, err := store.NewSpec(sl)
 	if err == nil {
 		sp.OnStoreError = lim.OnStoreError
 	}
 	return sp, err
 }
-
-func kindSpec(lim *policy.Limit) (*store.Spec, error) { return store.NewSpec(lim.StoreLimit()) }
 
 // statusOf is a limit's status before a decision: what it is.
 func statusOf(lim *policy.Limit) LimitStatus {

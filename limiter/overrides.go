@@ -108,7 +108,11 @@ func ruleAt(rules []*overrides.Rule, j int) *overrides.Rule {
 func (c *compiled) overridden(i int, r *overrides.Rule, st *LimitStatus) (*store.Spec, int64, bool) {
 	st.Override = r
 	spec, capacity := c.specs[i], st.Capacity
-	if sp := r.Spec(); sp != nil && sp != spec {
+	sp := r.Spec()
+	if c.shadow[i] { // (WithShadow: the rule's spec without its penalty box)
+		sp = r.ShadowSpec()
+	}
+	if sp != nil && sp != spec {
 		spec, capacity = sp, sp.Capacity()
 		sh := r.Limit().Shape()
 		st.Capacity, st.RefillPerSecond, st.Window, st.Period = sh.Capacity, sh.Rate, sh.Span, sh.Period

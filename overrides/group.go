@@ -42,6 +42,12 @@ func (r *Rule) Name() string { return r.g.ix.name }
 // by it). Nil for Deny and Unlimited rules.
 func (r *Rule) Spec() *store.Spec { return r.c.spec }
 
+// ShadowSpec is Spec without a penalty box (BlockFor 0), for a limit in
+// shadow mode by the limiter's choice (a shadow refusal blocks no key):
+// Spec itself when it has no BlockFor, else one copy made at compile
+// time, as shared as Spec. Nil for Deny and Unlimited rules.
+func (r *Rule) ShadowSpec() *store.Spec { return r.c.unblocked }
+
 // Limit is the limit in force under r (Effective's): do not modify it.
 // For Deny and Unlimited rules it is the policy's limit.
 func (r *Rule) Limit() *policy.Limit { return r.c.lim }

@@ -137,6 +137,9 @@ type compiled struct {
 	params Params
 	lim    *policy.Limit // the effective limit
 	spec   *store.Spec   // its store spec (OnStoreError the policy limit's); nil for Deny and Unlimited
+	// spec without BlockFor (spec itself when it has none), for a limiter
+	// that puts every limit in shadow mode
+	unblocked *store.Spec
 }
 
 // compile validates o against p and compiles its parameters.
@@ -205,7 +208,12 @@ func compileParams(p *Params, lim *policy.Limit) (*compiled, *Error) {
 		return nil, errorf(ErrBadRequest, lim.Name, "", "%s", strings.TrimPrefix(err.Error(), "sluice: "))
 	}
 	sp.OnStoreError = eff.OnStoreError
-	c.spec = sp
+	c.spec, c.unblocked = sp, sp
+	if sp.BlockFor > 0 {
+		ub := *sp
+		ub.BlockFor = 0
+		c.unblocked = &ub
+	}
 	return c, nil
 }
 
