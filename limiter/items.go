@@ -94,7 +94,7 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		if c.conc[i] {
 			itemCost, shown = 1, 1
 		}
-		if itemCost > c.status[i].Capacity && c.ix[i].Len() == 0 { // (with overrides: overrides' pass)
+		if itemCost > c.status[i].Capacity && c.ix[i].Len() == 0 && req.Spec == nil { // (else overrides' or requestSpec's pass)
 			if err := c.costError(i, itemCost); err != nil {
 				sc.key = key[:0]
 				return nil, err
@@ -113,7 +113,14 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		sc.rules = sc.rules[:0]
 	}
 	var moved []int // per item, where its key starts when it was rendered anew (-1: not)
-	if c.anyIx {
+	if req.Spec != nil {
+		var err error
+		if moved, err = c.requestSpec(req, sc, items, limits); err != nil {
+			sc.key = sc.key[:0]
+			return nil, err
+		}
+		key = sc.key
+	} else if c.anyIx {
 		for j, i := range which {
 			if c.ix[i].Len() == 0 {
 				continue

@@ -61,6 +61,18 @@ type Request struct {
 	// the policy says allow_unmatched: true; without it such a check is
 	// admitted with no limits (as forward-auth and the Envoy mode do).
 	RefuseUnmatched bool
+	// Spec, when set, is a per-request limit (Envoy's
+	// RateLimitDescriptor.limit): it decides every limit that applies to
+	// the request, in-flight caps aside, in place of the limit's own
+	// parameters and of its overrides (which are not consulted), the
+	// limit's shadow mode kept; statuses show its capacity and rate, and a
+	// cost above its capacity is a *CostError. The key is the limit's under
+	// the spec's state tag: the limit's own when the tags agree (a store
+	// that converts specs converts the key's state, store.Item.Base), else
+	// one of its own. Specs are compared by pointer and stores may cache
+	// by it: compile each distinct one once and reuse it. It must not hold
+	// slots.
+	Spec *store.Spec
 }
 
 // LimitStatus is one applicable limit's part of a decision.
