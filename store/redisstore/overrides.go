@@ -464,6 +464,11 @@ func (x *Overrides) answer(p page, full bool, recs map[string]string) (overrides
 		ch.Records, ch.Deleted = parts[0].Records, parts[0].Deleted
 		return ch, nil
 	}
+	nr, nd := 0, 0
+	for _, part := range parts {
+		nr, nd = nr+len(part.Records), nd+len(part.Deleted)
+	}
+	ch.Records, ch.Deleted = make([]overrides.Override, 0, nr), make([]overrides.Key, 0, nd)
 	for _, part := range parts {
 		ch.Records = append(ch.Records, part.Records...)
 		ch.Deleted = append(ch.Deleted, part.Deleted...)
@@ -478,6 +483,7 @@ const decodeChunk = 2000
 // or not to its field's key, is skipped (counted; in an incremental
 // answer, reported deleted).
 func (x *Overrides) decode(fields []string, recs map[string]string, full bool) (ch overrides.Changes) {
+	ch.Records = make([]overrides.Override, 0, len(fields))
 	for _, f := range fields {
 		if rec := recs[f]; rec != "" {
 			var o overrides.Override
