@@ -24,9 +24,18 @@ import (
 // descriptors are decided as one (limiter.CheckMany): over limit on one
 // consumes nothing on the others. The RateLimitService has no release, so
 // a max_in_flight slot taken here is held until its lease_ttl ends.
+//
+// A descriptor's own limit (RateLimitDescriptor.limit, Envoy's per-request
+// override) decides that descriptor's request as in Service: a token
+// bucket of requests_per_unit per unit replaces the parameters (and
+// overrides) of every policy limit that applies to it, in-flight caps
+// aside (limiter.Request.Spec), each distinct limit compiled once and at
+// most MaxOverrideLimits of them; 0 requests per unit refuses the
+// descriptor, and the whole call takes nothing.
 type PolicyService struct {
 	rls.UnimplementedRateLimitServiceServer
-	l *limiter.Limiter
+	l  *limiter.Limiter
+	ov overrides
 }
 
 // NewPolicyService serves l's policy.
@@ -42,6 +51,8 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		hits = 1
 	}
 	reqs := make([]limiter.Request, len(req.GetDescriptors()))
+	own := make([]*Limit, len(reqs)) // each descriptor's own limit, if any
+	zero := false                    // one of them is 0 per unit: refused, nothing taken
 	for i, d := range req.GetDescriptors() {
 		if err := checkEntries(i, d.GetEntries()); err != nil {
 			return nil, err
@@ -59,7 +70,20 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 				lr.Peek = true
 			}
 		}
+		if o := d.GetLimit(); o != nil {
+			ol, err := s.ov.limit(i, o)
+			if err != nil {
+				return nil, err
+			}
+			own[i], lr.Spec = ol, ol.spec
+			zero = zero || ol.spec == nil
+		}
 		reqs[i] = lr
+	}
+	if zero {
+		for i := range reqs {
+			reqs[i].Peek = true
+		}
 	}
 	res, err := s.l.CheckMany(ctx, reqs)
 	var ce *limiter.CostError
@@ -71,6 +95,12 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		unit := rls.RateLimitResponse_RateLimit_UNKNOWN
 		if l := s.l.Policy().Limit(ce.Limit); l != nil {
 			rpu, unit = limitUnit(l.Bucket.Rate, l.Capacity(), l.Quota.Period.String())
+		}
+		for _, ol := range own {
+			if ol != nil && ol.spec != nil && ol.spec.Capacity() == ce.Capacity {
+				rpu, unit = ol.RequestsPerUnit, ol.Unit
+				break
+			}
 		}
 		for range reqs {
 			resp.Statuses = append(resp.Statuses, &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OVER_LIMIT,
@@ -85,7 +115,13 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
 	}
 	var all []answer.Limit
-	for _, r := range res.Results {
+	for k, r := range res.Results {
+		if ol := own[k]; ol != nil && ol.spec == nil {
+			resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
+			resp.Statuses = append(resp.Statuses, &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OVER_LIMIT,
+				CurrentLimit: &rls.RateLimitResponse_RateLimit{RequestsPerUnit: 0, Unit: ol.Unit}})
+			continue
+		}
 		st := &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
 		if !r.Allowed {
 			st.Code = rls.RateLimitResponse_OVER_LIMIT
