@@ -2,23 +2,36 @@
 -- settle). ARGV: [1] now (hex) or '', [2] expire flag, then 7 fields per
 -- key: kind, sign ('-' returns, '+' charges, 'p' pauses a token bucket
 -- for delta ns, 'l' lowers one to at most delta tokens), delta (hex), refund-before
--- (hex), and the kind's 7 parameter fields (as take's). Returns 1, or 0
--- when OOM refused it.
+-- (hex), the kind's 7 parameter fields (as take's), and the marker of the
+-- key's usual spec when the spec is an override of it ('' when it is its
+-- usual spec: see respec). Returns 1, or 0 when OOM refused it.
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
-BLK, NOWHEX = {}, tohex(now)
+BLK, NOWHEX, MRK, G1k = {}, tohex(now), {}, nil
 if OOM then
   -- At maxmemory (noeviction), called through the allow-oom entry point:
   -- an adjustment that would create a key (all but a return, which never
   -- does) refuses the call, 0, before anything is written.
   for i = 1, #KEYS do
-    if ARGV[3 + (i - 1) * 11 + 1] ~= '-' and redis.call('EXISTS', KEYS[i]) == 0 then return 0 end
+    if ARGV[3 + (i - 1) * 12 + 1] ~= '-' and redis.call('EXISTS', KEYS[i]) == 0 then return 0 end
   end
 end
 for i = 1, #KEYS do
-  local a = 3 + (i - 1) * 11
+  local a = 3 + (i - 1) * 12
   local kind, sign, delta, before, key = ARGV[a], ARGV[a + 1], hex(ARGV[a + 2]), hex(ARGV[a + 3]), KEYS[i]
-  if sign == '-' and cmp(now, before) >= 0 then
+  local late = sign == '-' and cmp(now, before) >= 0
+  if not late and (kind == 'b' or kind == 's' or kind == 'f' or KIND[kind]) then
+    -- the key's state as this spec reads it (converted when it was
+    -- written under another spec of its limit)
+    local bmk = ARGV[a + 11]
+    if bmk == '' then bmk = nil end
+    local from = respec(kind, a + 4, bmk, key)
+    if from then
+      limb_respec(kind, a + 4, from, key, expire)
+      G1k = nil
+    end
+  end
+  if late then
     -- refilled, or a new window: returning it would create credit
   elseif kind == 'b' then
     local P = bparams(a + 4)
@@ -104,5 +117,6 @@ for i = 1, #KEYS do
   elseif KIND[kind] then
     KIND[kind].adjust(a + 4, key, sign, delta, tohex(now), expire)
   end
+  G1k = nil
 end
 return 1

@@ -118,16 +118,18 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		n += len(c.items)
 	}
 	keys := make([]string, 0, n)
-	// The batch's specs, each sent once.
-	var specBuf [8]*store.Spec
+	// The batch's specs, each sent once (with its items' base: an
+	// override's items share their key with the usual spec's).
+	type specBase struct{ sp, base *store.Spec }
+	var specBuf [8]specBase
 	specs := specBuf[:0]
-	index := func(sp *store.Spec) int {
+	index := func(sp, base *store.Spec) int {
 		for i, x := range specs {
-			if x == sp {
+			if x.sp == sp && x.base == base {
 				return i + 1
 			}
 		}
-		specs = append(specs, sp)
+		specs = append(specs, specBase{sp, base})
 		return len(specs)
 	}
 	tail := make([]string, 0, 1+3*len(batch)+2*n)
@@ -145,15 +147,16 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 			if it.Cost >= 1<<53 {
 				cost = "x" + hex64(it.Cost)
 			}
-			tail = append(tail, itoa(int64(index(it.Spec))), cost)
+			tail = append(tail, itoa(int64(index(it.Spec, it.Base))), cost)
 		}
 	}
-	args := make([]string, 0, 3+8*len(specs)+len(tail))
+	args := make([]string, 0, 3+10*len(specs)+len(tail))
 	args = append(args, s.now(), s.expire(), itoa(int64(len(specs))))
-	for _, sp := range specs {
-		a := s.argsOf(sp)
+	for _, x := range specs {
+		a := s.argsOf(x.sp)
 		args = append(args, a.tag)
 		args = append(args, a.fields...)
+		args = append(args, s.baseMark(x.sp, x.base))
 	}
 	args = append(args, tail...)
 	r := s.scripts.take(ctx, keys, args)

@@ -148,9 +148,10 @@ func slotArgs(_ *Store, sp *store.Spec) (string, []string) {
 	return "", []string{strconv.FormatInt(sp.MaxInFlight, 10), strconv.FormatInt(int64(sp.SlotTTL/time.Microsecond), 10), "", "", "", "", ""}
 }
 
-// quotaArgs are a quota's 7 parameter fields: its limit and four period
+// quotaArgs are a quota's 7 parameter fields: its limit, four period
 // starts around this host's time (the previous period's, the current's,
-// the next's and the one after), from which the script takes the period
+// the next's and the one after), and its marker's field (quotaMark), from
+// which the script takes the period
 // holding the store's clock. The script refuses the call (before deciding
 // anything) when the store's clock is outside them: a clock a whole period
 // away from this host's.
@@ -163,7 +164,7 @@ func (s *Store) quotaArgs(sp *store.Spec) (string, []string) {
 	b1, b2 := q.Bounds(now)
 	b0, _ := q.Bounds(b1 - 1)
 	_, b3 := q.Bounds(b2)
-	return "", []string{hex64(q.Limit), hex64(b0), hex64(b1), hex64(b2), hex64(b3), "", ""}
+	return "", []string{hex64(q.Limit), hex64(b0), hex64(b1), hex64(b2), hex64(b3), quotaMark(sp), ""}
 }
 
 func (s *Store) now() string {

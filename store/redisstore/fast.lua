@@ -173,19 +173,83 @@ end
 -- the call's clock. take.lua and adjust.lua set both at each call.
 local BLK, NOWHEX = {}, ''
 
--- unblock returns the state part of value s of key (nil when none),
--- noting in BLK a block in force.
-local function unblock(key, s)
-  if not s or string.byte(s, 1) ~= 33 then return s end -- '!'
-  local u = string.sub(s, 2, 17)
-  if u > NOWHEX then
-    local uh, ul = split16(u, 1)
-    local nh, nl = split16(NOWHEX, 1)
-    BLK[key] = {u, (uh - nh) * T32 + (ul - nl)}
+-- The spec marker (store.SpecConverter): a state written under a spec
+-- that is not its key's usual one (an override's: the item came with
+-- another spec as its base) is preceded, after any block, by '@', a digit
+-- n and n fields of 16 hex digits naming that spec's parameters (markof);
+-- a state without one was written under its key's usual spec. MRK holds
+-- the marker each key's writes in this call carry (set by respec, before
+-- every decision and adjustment of a key; nil: none). G1k and G1v are a
+-- one-shot cache of the value respec read (key, value), which the
+-- decision's own read (getv) then takes instead of a second GET. take.lua
+-- and adjust.lua reset all three at each call.
+local MRK, G1k, G1v = {}, nil, nil
+
+-- getv is GET key, or the value respec just read of it.
+local function getv(key)
+  if G1k == key then
+    G1k = nil
+    return G1v
   end
-  s = string.sub(s, 18)
+  return redis.call('GET', key)
+end
+
+-- unblock returns the state part of value s of key (nil when none),
+-- noting in BLK a block in force, and without its spec marker.
+local function unblock(key, s)
+  if not s then return s end
+  local c = string.byte(s, 1)
+  if c == 33 then -- '!'
+    local u = string.sub(s, 2, 17)
+    if u > NOWHEX then
+      local uh, ul = split16(u, 1)
+      local nh, nl = split16(NOWHEX, 1)
+      BLK[key] = {u, (uh - nh) * T32 + (ul - nl)}
+    end
+    s = string.sub(s, 18)
+    c = string.byte(s, 1)
+  end
+  if c == 64 then s = string.sub(s, 3 + 16 * tonumber(string.sub(s, 2, 2))) end -- '@'
   if s == '' then return nil end
   return s
+end
+
+-- markof is the marker of the spec whose parameters are at A[at] (kind
+-- letter kind): a token bucket's unit, capacity, rate num and den and
+-- MaxElapsed (the limb path's fixed point); a window's length; another
+-- kind's seventh field (a quota's: its period and zone, hashed).
+local function markof(kind, at)
+  if kind == 'b' then return '@5' .. A[at] .. A[at + 1] .. A[at + 2] .. A[at + 3] .. A[at + 4] end
+  if kind == 's' or kind == 'f' then return '@1' .. A[at + 1] end
+  return '@1' .. A[at + 5]
+end
+
+-- respec reads key for a decision or adjustment under the spec at A[at]
+-- (kind letter kind; bmk: the marker of the key's usual spec when the
+-- spec is an override of it, else nil) and returns the marker of the
+-- spec the key's state was written under when it is another one (nil:
+-- nothing to convert): its own marker's, else the usual spec's (bmk;
+-- without bmk, the spec's own, as states written before markers existed
+-- read). The caller then converts it (model.lua's respec). It sets
+-- MRK[key], the marker the key's writes carry, and leaves what it read in
+-- the one-shot cache.
+local function respec(kind, at, bmk, key)
+  local raw = redis.call('GET', key)
+  G1k, G1v, MRK[key] = key, raw, nil
+  if not raw then
+    if bmk and bmk ~= markof(kind, at) then MRK[key] = markof(kind, at) end
+    return nil
+  end
+  local p = 1
+  if string.byte(raw, 1) == 33 then p = 18 end
+  local marked = string.byte(raw, p) == 64
+  if not marked and not bmk then return nil end -- the common case: nothing to convert
+  local own = markof(kind, at)
+  local from = bmk
+  if marked then from = string.sub(raw, p, p + 1 + 16 * tonumber(string.sub(raw, p + 1, p + 1))) end
+  if bmk and bmk ~= own then MRK[key] = own end
+  if from == own then return nil end
+  return from
 end
 
 -- blockof is key's block in force as noted by unblock: the prefix to
@@ -222,6 +286,7 @@ end
 -- most writes keep the TTL (cheaper than setting one).
 local function fstore(key, tat, oh, ol, ph, reset, nowms, oldexp, expire)
   local pre, left = blockof(key)
+  pre = pre .. (MRK[key] or '')
   if not expire then
     redis.call('SET', key, pre .. struct.pack('<Bddddd', 66, tat, oh, ol, ph, 0))
     return

@@ -152,7 +152,7 @@ end
 
 -- state strings: a kind letter, then 16 hex digits per field.
 local function load(key, kind, nf)
-  local s = unblock(key, redis.call('GET', key))
+  local s = unblock(key, getv(key))
   if s and kind == 'b' and #s == 41 and string.sub(s, 1, 1) == 'B' then
     -- written by the double path: packed doubles, exact integers
     local tat, oh, ol, ph = struct.unpack('<dddd', s, 2)
@@ -166,8 +166,8 @@ end
 
 local function save(key, kind, st, ttl, expire)
   local pre, left = blockof(key)
-  local parts = {pre, kind}
-  for i = 1, #st do parts[i + 2] = tohex(st[i]) end
+  local parts = {pre, MRK[key] or '', kind}
+  for i = 1, #st do parts[i + 3] = tohex(st[i]) end
   local v = table.concat(parts)
   if expire and (#ttl > 0 or left > 0) then
     -- expire when the state equals a new key's (whole ms, rounded up),
@@ -205,4 +205,51 @@ end
 -- params reads a token bucket's parameters from the call's arguments at i.
 local function bparams(i)
   return {U = hex(A[i]), C = hex(A[i + 1]), num = hex(A[i + 2]), den = hex(A[i + 3]), M = hex(A[i + 4])}
+end
+
+-- limb_respec converts key's state, written under the spec of marker
+-- from (respec's), to the spec at A[at] (kind letter kind) by the SetLimit
+-- rule, store.Spec.Convert, at the call's clock, and writes it at once
+-- (with the key's marker, MRK[key], and any block in force): a token
+-- bucket keeps the tokens it holds now (bucket.Params.Convert: no credit
+-- created, tokens above a smaller capacity dropped, fractions below the
+-- new unit rounded down, debt kept) and refills at the new rate from now;
+-- a window or quota whose marker differs (another length or period)
+-- starts anew, as a new key.
+local function limb_respec(kind, at, from, key, expire)
+  local now = hex(NOWHEX)
+  if kind ~= 'b' then
+    unblock(key, getv(key))
+    drop(key, expire)
+    return
+  end
+  local st = load(key, 'b', 3)
+  if not st then return end
+  local P = {U = hex(from, 3), C = hex(from, 19), num = hex(from, 35), den = hex(from, 51), M = hex(from, 67)}
+  local Q = bparams(at)
+  local tat, origin, phase = bstate(P, st, now)
+  local eneg, e = elapsed(now, origin)
+  local v = units(P, eneg, e, phase)
+  -- t, the tokens held (units of P, signed: debt below 0), is
+  -- P.Tokens: C - (tat - V), C when full.
+  local tneg, t = false, P.C
+  if cmp(tat, v) > 0 then
+    local d = sub(tat, v)
+    if cmp(d, P.C) <= 0 then t = sub(P.C, d) else tneg, t = true, sub(d, P.C) end
+  end
+  local nt = ZERO
+  if tneg or cmp((divmod(t, P.U)), (divmod(Q.C, Q.U))) < 0 then
+    -- u = t * Q.U / P.U, rounded down (toward more debt when t < 0)
+    local u, r = divmod(mul(t, Q.U), P.U)
+    if tneg and #r > 0 then u = add(u, ONE) end
+    if cmp(u, MAXAHEAD) > 0 then u = MAXAHEAD end
+    if tneg then
+      nt = add(Q.C, u)
+    elseif cmp(u, Q.C) < 0 then
+      nt = sub(Q.C, u)
+    end
+    if cmp(nt, MAXAHEAD) > 0 then nt = MAXAHEAD end
+  end
+  local _, _, _, _, reset = bstep(Q, nt, false, ZERO, ZERO, ZERO)
+  if #reset == 0 then drop(key, expire) else save(key, 'b', {nt, now, ZERO}, reset, expire) end
 end

@@ -335,6 +335,7 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		e.Keys = append(e.Keys, key)
 		e.Args = append(e.Args, string(kindLetter(a.Spec.Kind)), sign, hex64(d), hex64(max(a.RefundBefore, 0)))
 		e.Args = append(e.Args, s.paramsOf(a.Spec)...)
+		e.Args = append(e.Args, s.baseMark(a.Spec, a.Base))
 	}
 	if len(order) == 0 {
 		return nil

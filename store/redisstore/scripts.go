@@ -27,7 +27,7 @@ local LIMB
 local function limbs()
   if LIMB then return LIMB end
 ` + libLua + modelLua + limbpathLua + kindsLua + `
-  LIMB = {bucket = limb_bucket, window = limb_window, book = limb_book, kinds = KIND, adjust = function(KEYS, ARGV, OOM)
+  LIMB = {bucket = limb_bucket, window = limb_window, book = limb_book, respec = limb_respec, kinds = KIND, adjust = function(KEYS, ARGV, OOM)
     A = ARGV
 ` + adjustLua + `
   end}

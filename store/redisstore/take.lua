@@ -2,10 +2,12 @@
 -- items, in one atomic script.
 -- ARGV: [1] now (16 hex digits, ns) or '' for Redis TIME; [2] '1' to let
 -- keys expire when their state is new again; [3] S, the number of specs,
--- then 9 fields per spec: kind (b bucket, s sliding window, f fixed
+-- then 10 fields per spec: kind (b bucket, s sliding window, f fixed
 -- window, c concurrency, or a kind of kinds.lua; a double-path bucket's letter is followed by an
--- id naming its parameters), 7 parameters, and its block_for (16 hex
--- digits of ns, or '' for none: the penalty box, see decide); then R, the number of
+-- id naming its parameters), 7 parameters, its block_for (16 hex
+-- digits of ns, or '' for none: the penalty box, see decide), and the
+-- marker of its keys' usual spec when it is an override of that spec
+-- ('' when it is their usual spec: see respec); then R, the number of
 -- requests, and per request its slot id, item count m and MaxWait (16
 -- hex digits of ns, or '' for none: a request with one books its token
 -- buckets, on the limb path), then 2 fields per item: spec index and cost
@@ -24,7 +26,7 @@ local nh, nl = now2(ARGV[1])
 local nowhex = hex2(nh, nl)
 local nowms -- Unix ms, made when a write needs it
 local expire = ARGV[2] == '1'
-BLK, NOWHEX = {}, nowhex
+BLK, NOWHEX, MRK, G1k = {}, nowhex, {}, nil
 
 local specs = {}
 local a = 4
@@ -33,6 +35,7 @@ for i = 1, tonumber(ARGV[3]) do
   local kind = string.sub(tag, 1, 1)
   local sp = {kind = kind, at = a + 1}
   if ARGV[a + 8] ~= '' then sp.blk = ARGV[a + 8] end
+  if ARGV[a + 9] ~= '' then sp.bmk = ARGV[a + 9] end
   if kind == 'b' and ARGV[a + 6] ~= '' then
     -- The double path's numbers, parsed once per spec (FCACHE lives as
     -- long as the function library; a script call starts it empty).
@@ -59,7 +62,7 @@ for i = 1, tonumber(ARGV[3]) do
     end
   end
   specs[i] = sp
-  a = a + 9
+  a = a + 10
 end
 
 local out = {0, nowhex}
@@ -90,7 +93,7 @@ local function decide0(sp, key, costn, cs, k, i)
     local fast = false
     local F = sp.F
     if F and costn then
-      local has, tat, oh, ol, ph, oldexp = fload(unblock(key, redis.call('GET', key)))
+      local has, tat, oh, ol, ph, oldexp = fload(unblock(key, getv(key)))
       if has ~= false then
         local t2, h2, l2, p2
         ok, rem, retry, reset, t2, h2, l2, p2 = fbucket(F, has, tat, oh, ol, ph, nh, nl, costn)
@@ -159,15 +162,30 @@ end
 -- now, written at once with the key's state unchanged (the request is
 -- refused: nothing else of it is written).
 local function decide(sp, key, costn, cs, k, i)
+  if sp.kind ~= 'c' then
+    -- the key's state as this spec reads it (converted when it was
+    -- written under another spec of its limit)
+    local from = respec(sp.kind, sp.at, sp.bmk, key)
+    if from then
+      limbs().respec(sp.kind, sp.at, from, key, expire)
+      G1k = nil
+    end
+  end
   local blk = sp.blk
-  if not blk then return decide0(sp, key, costn, cs, k, i) end
-  local raw = redis.call('GET', key)
+  if not blk then
+    local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i)
+    G1k = nil
+    return ok, rem, retry, reset, save1
+  end
+  local raw = getv(key)
+  G1k, G1v = key, raw -- (decide0 reads it again)
   local u
   if raw and string.byte(raw, 1) == 33 then
     if string.sub(raw, 2, 17) > nowhex then u = string.sub(raw, 2, 17) end
     raw = string.sub(raw, 18)
   end
   local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i)
+  G1k = nil
   local left
   if u then
     local uh, ul = split16(u, 1)
