@@ -493,7 +493,7 @@ type ovResolveCmd struct {
 func (c ovResolveCmd) Validate() error {
 	m, err := c.pairs()
 	if err == nil && len(m) == 0 {
-		err = errors.New("resolve needs the request's descriptors, KEY=VALUE...")
+		err = errors.New("resolve needs the request's descriptors (KEY=VALUE, one or more)")
 	}
 	return err
 }
