@@ -44,7 +44,10 @@ type inactive struct {
 type Index struct {
 	name string
 	n    atomic.Int64 // rules held
-	mu   sync.RWMutex
+	// gen grows (under mu, held for writing) on every change of the
+	// rules or the limit: Version
+	gen atomic.Uint64
+	mu  sync.RWMutex
 	lim  *policy.Limit // nil: the policy has no limit of this name
 	// groups sorted by precedence: exact count down, prefix count down,
 	// then sig
@@ -124,6 +127,29 @@ func (ix *Index) Resolve(desc map[string]string, now time.Time) *Rule {
 	return r
 }
 
+// ResolveVersion is Resolve, with the Index's Version and policy limit
+// (nil: the policy has none of its name) that the answer was found under,
+// read together with it. A caller may keep the answer for these
+// descriptors while Version returns the same number, up to the rule's
+// ExpiresAt: within one version, the answer for given descriptors
+// changes only when the rule it names expires (a rule that beats it is
+// expired already, or it would be the answer).
+func (ix *Index) ResolveVersion(desc map[string]string, now time.Time) (*Rule, uint64, *policy.Limit) {
+	if ix == nil {
+		return nil, 0, nil
+	}
+	ms := now.UnixMilli()
+	ix.mu.RLock()
+	r, v, lim := ix.resolve(desc, ms), ix.gen.Load(), ix.lim
+	ix.mu.RUnlock()
+	return r, v, lim
+}
+
+// Version returns a number that changes on every change of the Index
+// (Put, Delete, Apply, Sweep and SetPolicy of its Set): one atomic load.
+// Equal numbers mean the same rules under the same policy limit.
+func (ix *Index) Version() uint64 { return ix.gen.Load() }
+
 func (ix *Index) resolve(desc map[string]string, now int64) *Rule {
 	gs := ix.groups
 	for i := 0; i < len(gs); {
@@ -201,6 +227,7 @@ func (s *Set) put(o *Override) error {
 	sig, exact, prefix, anyn := signature(o.Match)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.gen.Add(1) // (before the unlock)
 	g := ix.bySig[sig]
 	if g == nil {
 		g = &group{ix: ix, sig: sig, exact: exact, prefix: prefix, anyn: anyn, rules: map[string]*Rule{}, tries: map[string]*plevel{}}
@@ -303,6 +330,7 @@ func (s *Set) del(name string, m map[string]string, policyToo bool) error {
 	sig, _, _, _ := signature(m)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.gen.Add(1) // (before the unlock)
 	g := ix.bySig[sig]
 	if g == nil {
 		if wasInactive {

@@ -151,6 +151,7 @@ func (s *Set) rebuild(p *policy.Policy, pol, api []Override) []error {
 		ix.mu.Lock()
 		ix.lim, ix.groups, ix.bySig, ix.params = nx.lim, nx.groups, nx.bySig, nx.params
 		ix.n.Store(nx.n.Load())
+		ix.gen.Add(1)
 		ix.mu.Unlock()
 	}
 	for name, ix := range merged {
@@ -158,6 +159,7 @@ func (s *Set) rebuild(p *policy.Policy, pol, api []Override) []error {
 			ix.mu.Lock()
 			ix.lim, ix.groups, ix.bySig, ix.params = nil, nil, map[string]*group{}, map[Params]*compiled{}
 			ix.n.Store(0)
+			ix.gen.Add(1)
 			ix.mu.Unlock()
 		}
 	}
