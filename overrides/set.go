@@ -48,7 +48,7 @@ type Index struct {
 	// rules or the limit: Version
 	gen atomic.Uint64
 	mu  sync.RWMutex
-	lim  *policy.Limit // nil: the policy has no limit of this name
+	lim *policy.Limit // nil: the policy has no limit of this name
 	// groups sorted by precedence: exact count down, prefix count down,
 	// then sig
 	groups []*group
