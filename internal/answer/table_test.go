@@ -361,10 +361,15 @@ var clientStatus = map[answer.Code]int{
 }
 
 // ownClass are the codes with an error class of their own in the clients
-// (their subclass of the one the status gives).
+// (their subclass of the one the status gives), or another than their
+// status gives.
 var ownClass = map[answer.Code]string{
 	answer.CostExceedsCapacity: "CostExceedsCapacity",
 	answer.NoLimitApplies:      "NoLimitApplies",
+	// A deny override's 403 is a refusal, not a bad request: check returns
+	// the refused decision (denied true), reserve and acquire raise
+	// RateLimited with denied set, as for a wait beyond max_wait.
+	answer.Denied: "RateLimited",
 }
 
 // clientMap reads a client's error map: the lines between the one matching

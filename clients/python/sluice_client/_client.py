@@ -45,6 +45,7 @@ class Limit:
     algorithm: str = ""
     refill_per_second: float = 0.0
     token_cost: int = 0
+    denied: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,16 @@ class Decision:
     """A check's answer. A refusal is a Decision with ``allowed`` False (and
     ``retry_after``, seconds), not an exception. ``lease`` (the receipt id)
     settles and releases an admitted request; ``wait`` is, for a reservation, the
-    seconds after which it may act."""
+    seconds after which it may act. ``denied`` is True for a refusal by a deny
+    override (HTTP 403 ``denied``; the limit's ``denied`` too): retrying is
+    useless."""
 
     allowed: bool
     retry_after: float
     lease: Optional[str]
     limits: List[Limit] = field(default_factory=list)
     wait: Optional[float] = None
+    denied: bool = False
 
     @staticmethod
     def _of(body: Mapping[str, Any]) -> "Decision":
@@ -66,12 +70,13 @@ class Decision:
             Limit(name=str(l.get("name", "")), key=str(l.get("key", "")), capacity=int(l.get("capacity", 0)),
                   tokens_remaining=int(l.get("tokens_remaining", 0)), allowed=bool(l.get("allowed", False)),
                   algorithm=str(l.get("algorithm", "")), refill_per_second=float(l.get("refill_per_second", 0) or 0),
-                  token_cost=int(l.get("token_cost", 0)))
+                  token_cost=int(l.get("token_cost", 0)), denied=bool(l.get("denied", False)))
             for l in body.get("limits") or []
         ]
         wait = body.get("wait_ms")
         return Decision(allowed=bool(body.get("allowed")), retry_after=int(body.get("retry_after_ms", 0)) / 1000,
-                        lease=body.get("lease") or None, limits=limits, wait=None if wait is None else int(wait) / 1000)
+                        lease=body.get("lease") or None, limits=limits, wait=None if wait is None else int(wait) / 1000,
+                        denied=body.get("code") == "denied")
 
 
 def _ms(seconds: Optional[float], what: str) -> Optional[int]:
@@ -126,7 +131,7 @@ _ERRORS: Dict[str, Type[SluiceError]] = {
     "bad_request": BadRequest,
     "body_too_large": BadRequest,
     "cost_exceeds_capacity": CostExceedsCapacity,
-    "denied": BadRequest,
+    "denied": RateLimited,  # (a refusal, 403: check returns the refused Decision, denied True)
     "forbidden": BadRequest,
     "kind_mismatch": BadRequest,
     "no_limit_applies": NoLimitApplies,
@@ -165,7 +170,8 @@ def _error(status: int, body: Mapping[str, Any], raw: str) -> SluiceError:
     msg = f"sluice: {msg}"
     cls = (_ERRORS.get(code) if isinstance(code, str) else None) or _by_status(status)
     if cls is RateLimited:
-        return RateLimited(msg, retry_after=int(body.get("retry_after_ms", 0) or 0) / 1000, status=status, code=code or "rate_limited")
+        return RateLimited(msg, retry_after=int(body.get("retry_after_ms", 0) or 0) / 1000, status=status, code=code or "rate_limited",
+                           denied=code == "denied")
     if cls is CostExceedsCapacity:
         return CostExceedsCapacity(msg, limit=body.get("limit"), status=status, code=code)
     if cls is ServiceUnavailable:
@@ -221,8 +227,8 @@ class Client(_Overrides):
             parsed = json.loads(raw) if raw.strip() else {}
         except ValueError:
             parsed = {}
-        if status in ok_statuses:
-            return status, parsed
+        if status in ok_statuses and (status != 403 or (isinstance(parsed, dict) and parsed.get("code") == "denied")):
+            return status, parsed  # (403 only as a deny's refusal, for checks)
         raise _error(status, parsed if isinstance(parsed, dict) else {}, raw)
 
     # -- the calls --------------------------------------------------------
@@ -232,8 +238,8 @@ class Client(_Overrides):
         """Admit one request (``cost`` for every limit, ``costs`` per limit
         name), waiting in the limits' line up to ``max_wait`` seconds (the
         service holds the call). A refusal is a Decision with ``allowed``
-        False."""
-        _, body = self._post("/v1/check", _body(descriptors, cost, costs, max_wait, False), wait=max_wait or 0.0, ok_statuses=(200, 429))
+        False (and ``denied`` True when a deny override refused it)."""
+        _, body = self._post("/v1/check", _body(descriptors, cost, costs, max_wait, False), wait=max_wait or 0.0, ok_statuses=(200, 429, 403))
         return Decision._of(body)
 
     def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
@@ -241,12 +247,15 @@ class Client(_Overrides):
         """Book a place in the limits' line without holding a connection:
         the Reservation says after how many seconds (``wait``) it may act.
         Raises ``RateLimited`` when the wait would exceed ``max_wait``
-        (nothing is booked)."""
+        (nothing is booked), with ``denied`` True when a deny override
+        refused it."""
         if max_wait is None:
             raise ValueError("reserve needs max_wait (seconds)")
         body = _body(descriptors, cost, costs, max_wait, True)
-        _, ans = self._post("/v1/check", body, ok_statuses=(200, 429))
+        status, ans = self._post("/v1/check", body, ok_statuses=(200, 429, 403))
         d = Decision._of(ans)
+        if d.denied:
+            raise RateLimited(f"sluice: {ans.get('error') or 'denied'}", retry_after=0.0, status=status, code="denied", denied=True)
         if not d.allowed:
             raise RateLimited(f"sluice: not admitted within max_wait ({max_wait:g} s, and the service books at most its --max-wait ahead, "
                               f"10 s by default); retry after {d.retry_after:g} s", retry_after=d.retry_after)

@@ -30,11 +30,15 @@ class RateLimited(SluiceError):
     """The request was refused for its limits (HTTP 429): ``retry_after``
     seconds from now it may be admitted. ``reserve`` and ``acquire`` raise
     it when the wait would exceed ``max_wait``; ``check`` returns a refused
-    ``Decision`` instead."""
+    ``Decision`` instead. ``denied`` is True for a refusal by a deny
+    override (HTTP 403 ``denied``): retrying is useless (``retry_after``
+    0)."""
 
-    def __init__(self, message: str, *, retry_after: float, status: Optional[int] = 429, code: Optional[str] = "rate_limited") -> None:
+    def __init__(self, message: str, *, retry_after: float, status: Optional[int] = 429, code: Optional[str] = "rate_limited",
+                 denied: bool = False) -> None:
         super().__init__(message, status=status, code=code)
         self.retry_after = retry_after
+        self.denied = denied
 
 
 class CostExceedsCapacity(SluiceError):

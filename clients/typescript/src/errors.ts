@@ -12,12 +12,14 @@ export class SluiceError extends Error {
   }
 }
 
-/** The request was refused for its limits (HTTP 429): it may be admitted `retryAfter` seconds from now. `reserve` and `acquire` throw it when the wait would exceed `maxWait`; `check` returns a refused Decision instead. */
+/** The request was refused for its limits (HTTP 429): it may be admitted `retryAfter` seconds from now. `reserve` and `acquire` throw it when the wait would exceed `maxWait`; `check` returns a refused Decision instead. `denied` is true for a refusal by a deny override (HTTP 403 `denied`): retrying is useless (`retryAfter` 0). */
 export class RateLimitedError extends SluiceError {
   readonly retryAfter: number;
-  constructor(message: string, retryAfter: number, opts: { status?: number; code?: string } = {}) {
+  readonly denied: boolean;
+  constructor(message: string, retryAfter: number, opts: { status?: number; code?: string; denied?: boolean } = {}) {
     super(message, { status: opts.status ?? 429, code: opts.code ?? "rate_limited" });
     this.retryAfter = retryAfter;
+    this.denied = opts.denied ?? false;
   }
 }
 

@@ -35,11 +35,14 @@ export interface Limit {
   tokensRemaining: number;
   tokenCost: number;
   allowed: boolean;
+  /** A deny override refused the request on this limit. */
+  denied: boolean;
 }
 
-/** A check's answer. A refusal is a Decision with `allowed` false (and `retryAfter`, seconds), not an exception. `lease` (the receipt id) settles and releases an admitted request; `wait` is, for a reservation, the seconds after which it may act. */
+/** A check's answer. A refusal is a Decision with `allowed` false (and `retryAfter`, seconds), not an exception. `lease` (the receipt id) settles and releases an admitted request; `wait` is, for a reservation, the seconds after which it may act. `denied` is true for a refusal by a deny override (HTTP 403 `denied`; the limit's `denied` too): retrying is useless. */
 export interface Decision {
   allowed: boolean;
+  denied: boolean;
   retryAfter: number;
   lease: string | undefined;
   limits: Limit[];
@@ -125,13 +128,14 @@ function checkBody(o: CheckOptions, reserve: boolean): Record<string, unknown> {
 function decision(body: any): Decision {
   return {
     allowed: Boolean(body?.allowed),
+    denied: body?.code === "denied",
     retryAfter: Number(body?.retry_after_ms ?? 0) / 1000,
     lease: body?.lease || undefined,
     wait: body?.wait_ms === undefined ? undefined : Number(body.wait_ms) / 1000,
     limits: (body?.limits ?? []).map((l: any) => ({
       name: String(l.name ?? ""), key: String(l.key ?? ""), algorithm: String(l.algorithm ?? ""), capacity: Number(l.capacity ?? 0),
       refillPerSecond: Number(l.refill_per_second ?? 0), tokensRemaining: Number(l.tokens_remaining ?? 0), tokenCost: Number(l.token_cost ?? 0),
-      allowed: Boolean(l.allowed),
+      allowed: Boolean(l.allowed), denied: Boolean(l.denied),
     })),
   };
 }
@@ -149,7 +153,7 @@ const ERRORS: Record<string, new (...args: never[]) => SluiceError> = {
   bad_request: BadRequestError,
   body_too_large: BadRequestError,
   cost_exceeds_capacity: CostExceedsCapacityError,
-  denied: BadRequestError,
+  denied: RateLimitedError, // (a refusal, 403: check returns the refused Decision, denied true)
   forbidden: BadRequestError,
   kind_mismatch: BadRequestError,
   no_limit_applies: NoLimitAppliesError,
@@ -181,7 +185,7 @@ function errorOf(status: number, body: any, raw: string): SluiceError {
   const code: string | undefined = typeof body?.code === "string" ? body.code : undefined;
   const msg = "sluice: " + (body?.error || raw.trim() || `HTTP ${status}`);
   const cls = (code !== undefined && Object.prototype.hasOwnProperty.call(ERRORS, code) ? ERRORS[code] : undefined) ?? byStatus(status);
-  if (cls === RateLimitedError) return new RateLimitedError(msg, Number(body?.retry_after_ms ?? 0) / 1000, { status, code });
+  if (cls === RateLimitedError) return new RateLimitedError(msg, Number(body?.retry_after_ms ?? 0) / 1000, { status, code, denied: code === "denied" });
   if (cls === CostExceedsCapacityError) return new CostExceedsCapacityError(msg, body?.limit, { status, code });
   if (cls === ServiceUnavailableError) return new ServiceUnavailableError(msg, { status, code, retryAfter: body?.retry_after_ms === undefined ? undefined : Number(body.retry_after_ms) / 1000 });
   return new (cls as typeof SluiceError)(msg, { status, code });
@@ -257,20 +261,22 @@ export class Client {
     } catch {
       parsed = {};
     }
-    if (ok.includes(status)) return parsed;
+    if (ok.includes(status) && (status !== 403 || parsed?.code === "denied")) return parsed; // (403 only as a deny's refusal, for checks)
     throw errorOf(status, parsed, raw);
   }
 
-  /** Admit one request, waiting in the limits' line up to `maxWait` seconds (the service holds the call). A refusal is a Decision with `allowed` false. */
+  /** Admit one request, waiting in the limits' line up to `maxWait` seconds (the service holds the call). A refusal is a Decision with `allowed` false (and `denied` true when a deny override refused it). */
   async check(o: CheckOptions): Promise<Decision> {
-    return decision(await this.post("/v1/check", checkBody(o, false), o.maxWait ?? 0, [200, 429]));
+    return decision(await this.post("/v1/check", checkBody(o, false), o.maxWait ?? 0, [200, 429, 403]));
   }
 
-  /** Book a place in the line without holding a connection. Throws RateLimitedError when the wait would exceed `maxWait` (nothing booked). An aborted `signal` returns the booking. */
+  /** Book a place in the line without holding a connection. Throws RateLimitedError when the wait would exceed `maxWait` (nothing booked), with `denied` true when a deny override refused it. An aborted `signal` returns the booking. */
   async reserve(o: ReserveOptions): Promise<Reservation> {
     if (o?.maxWait === undefined) throw new TypeError("reserve needs maxWait (seconds)");
     o.signal?.throwIfAborted();
-    const d = decision(await this.post("/v1/check", checkBody(o, true), 0, [200, 429]));
+    const body = await this.post("/v1/check", checkBody(o, true), 0, [200, 429, 403]);
+    const d = decision(body);
+    if (d.denied) throw new RateLimitedError(`sluice: ${body?.error || "denied"}`, 0, { status: 403, code: "denied", denied: true });
     if (!d.allowed) throw new RateLimitedError(`sluice: not admitted within maxWait (${o.maxWait} s, and the service books at most its --max-wait ahead, 10 s by default); retry after ${d.retryAfter} s`, d.retryAfter);
     let done = false;
     const r: Reservation = {
