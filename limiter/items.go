@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/overrides"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -175,21 +176,60 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 	var now time.Time
 	for j := first; j < len(items); j++ {
 		i := sc.which[j]
-		if c.ix[i].Len() == 0 {
+		ix := c.ix[i]
+		if ix.Len() == 0 {
 			continue
-		}
-		if now.IsZero() {
-			now = time.Now()
 		}
 		st := &limits[j]
-		rule := c.ix[i].Resolve(req.Descriptors, now)
-		if rule == nil {
-			if st.TokenCost > st.Capacity {
-				if err := c.costError(i, st.TokenCost); err != nil {
-					return nil, err
-				}
+		var (
+			rule     *overrides.Rule
+			spec     *store.Spec
+			capacity int64
+			shadow   bool
+		)
+		e, sl, h, key, v := c.cached(i, j, sc)
+		if e != nil && e.expires != 0 {
+			if now.IsZero() {
+				now = time.Now()
 			}
-			continue
+			if now.UnixMilli() >= e.expires {
+				e = nil
+			}
+		}
+		if e != nil {
+			if e.rule == nil {
+				if st.TokenCost > st.Capacity {
+					if err := c.costError(i, st.TokenCost); err != nil {
+						return nil, err
+					}
+				}
+				continue
+			}
+			if now.IsZero() {
+				now = time.Now()
+			}
+			rule, spec, capacity, shadow = e.rule, e.spec, e.capacity, e.shadow
+			cost := st.TokenCost
+			*st = e.st
+			st.TokenCost = cost
+		} else {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			var lim *policy.Limit
+			rule, v, lim = ix.ResolveVersion(req.Descriptors, now)
+			if sl != nil && lim == c.p.Limits[i] {
+				sl.offer(c.entry(i, key, rule, v), h, v)
+			}
+			if rule == nil {
+				if st.TokenCost > st.Capacity {
+					if err := c.costError(i, st.TokenCost); err != nil {
+						return nil, err
+					}
+				}
+				continue
+			}
+			spec, capacity, shadow = c.overridden(i, rule, st)
 		}
 		rule.Hit(now)
 		if len(sc.rules) == 0 {
@@ -198,7 +238,6 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 			}
 		}
 		sc.rules[j] = rule
-		spec, capacity, shadow := c.overridden(i, rule, st)
 		sc.odd = sc.odd || shadow || skipped(rule)
 		if err := c.overrideCostError(i, rule, st.TokenCost, capacity, shadow); err != nil {
 			return nil, err
@@ -223,6 +262,26 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 		}
 	}
 	return moved, nil
+}
+
+// cached looks item j (of limit i) up in the limit's cache by the caller's
+// part of its key: its live entry (nil: none), and for storing one, its
+// slot (nil: the limit has no cache), hash, key (borrowed from sc.key)
+// and the Index version looked up at.
+func (c *compiled) cached(i, j int, sc *scratch) (e *ovEntry, sl *ovSlot, h uint64, key string, v uint64) {
+	oc := c.ovc[i]
+	if oc == nil {
+		return nil, nil, 0, "", 0
+	}
+	start := 0
+	if j > 0 {
+		start = sc.ends[j-1]
+	}
+	k := sc.key[start+sc.user[j] : sc.ends[j]]
+	key = unsafe.String(unsafe.SliceData(k), len(k))
+	sl, h = oc.slot(key)
+	v = c.ix[i].Version()
+	return sl.get(key, v), sl, h, key, v
 }
 
 // appendKey appends limit i's key for desc under prefix (its hash tag

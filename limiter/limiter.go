@@ -104,7 +104,8 @@ type compiled struct {
 	// converts: the store converts a key's state between specs
 	// (store.SpecConverter), so an override's spec shares the policy's key
 	converts bool
-	anyIx    bool // a Set is applied (ix holds Indexes)
+	anyIx    bool       // a Set is applied (ix holds Indexes)
+	ovc      []*ovCache // per limit: its cache of resolved overrides (nil: none)
 }
 
 type metrics struct {

@@ -75,6 +75,7 @@ const (
 func (l *Limiter) withOverrides(c *compiled) {
 	c.ix = make([]*overrides.Index, len(c.p.Limits))
 	c.ovCount = make([][numOverrideResults]prometheus.Counter, len(c.p.Limits))
+	c.ovc = make([]*ovCache, len(c.p.Limits))
 	c.converts = false
 	if sc, ok := l.st.(store.SpecConverter); ok {
 		c.converts = sc.ConvertsSpecs()
@@ -83,6 +84,7 @@ func (l *Limiter) withOverrides(c *compiled) {
 	for i, lim := range c.p.Limits {
 		if l.ovr != nil {
 			c.ix[i] = l.ovr.Index(lim.Name)
+			c.ovc[i] = newOvCache(lim)
 		}
 		for r, res := range overrideResults {
 			c.ovCount[i][r] = l.m.overrides.WithLabelValues(lim.Name, res)
