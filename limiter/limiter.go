@@ -237,6 +237,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 			c.specs[i], c.prefix[i] = sp, keyPrefix(lim.Name, sp)
 		}
 		c.conc[i] = c.specs[i].HoldsSlots()
+		c.status[i].BlockFor = c.specs[i].BlockFor
 	}
 	l.withOverrides(c)
 	l.compiled.Store(c)

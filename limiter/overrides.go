@@ -122,6 +122,10 @@ func (c *compiled) overridden(i int, r *overrides.Rule, st *LimitStatus) (*store
 	shadow := c.shadow[i] || r.Shadow()
 	st.Shadow = shadow
 	st.Denied = r.Deny()
+	st.BlockFor = spec.BlockFor
+	if skipped(r) { // (deny and unlimited block nothing)
+		st.BlockFor = 0
+	}
 	return spec, capacity, shadow
 }
 

@@ -21,6 +21,7 @@ func (c *compiled) requestSpec(req *Request, sc *scratch, items []store.Item, li
 		}
 		st := &limits[j]
 		st.Algorithm, st.Capacity, st.RefillPerSecond, st.Window, st.Period = sp.Kind.String(), sp.Capacity(), sp.Rate(), 0, ""
+		st.BlockFor = sp.BlockFor
 		if st.TokenCost > st.Capacity && !c.shadow[i] {
 			return nil, &CostError{Limit: c.p.Limits[i].Name, Cost: st.TokenCost, Capacity: st.Capacity}
 		}

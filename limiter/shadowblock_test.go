@@ -4,6 +4,8 @@
 package limiter_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +70,30 @@ func TestShadowAllSetsNoBlock(t *testing.T) {
 		if res = check(t, enforced, limiter.Request{Descriptors: d, Cost: 1}); res.Allowed || res.Limits[0].RetryAfter < 9*time.Minute {
 			t.Fatalf("%v: an enforced refusal starts the block: %+v", d, res)
 		}
+	}
+}
+
+// A limit's status shows its block_for, and "blocked" on a refusal it made
+// (its key is then in the penalty box); under WithShadow it has none.
+func TestStatusBlockFor(t *testing.T) {
+	c := sluice.NewManualClock(epoch)
+	st := memstore.New(memstore.WithClock(c))
+	l := limiterOver(t, shadowBlockSrc, st)
+	d := map[string]string{"user": "eve"}
+	res := check(t, l, limiter.Request{Descriptors: d, Cost: 1})
+	if s := res.Limits[0]; s.BlockFor != 10*time.Minute || s.Blocked() {
+		t.Fatalf("admitted: block_for shown, not blocked: %+v", s)
+	}
+	js, _ := json.Marshal(res.Limits[0])
+	if !strings.Contains(string(js), `"block_for":"10m0s"`) || strings.Contains(string(js), `"blocked"`) {
+		t.Fatalf("admitted status JSON: %s", js)
+	}
+	res = check(t, l, limiter.Request{Descriptors: d, Cost: 1})
+	js, _ = json.Marshal(res.Limits[0])
+	if !res.Limits[0].Blocked() || !strings.Contains(string(js), `"block_for":"10m0s"`) || !strings.Contains(string(js), `"blocked":true`) {
+		t.Fatalf("a refusal blocks the key: %s", js)
+	}
+	if s := check(t, limiterOver(t, shadowBlockSrc, st, limiter.WithShadow()), limiter.Request{Descriptors: map[string]string{"user": "x"}}).Limits[0]; s.BlockFor != 0 {
+		t.Fatalf("shadow mode blocks nothing: %+v", s)
 	}
 }

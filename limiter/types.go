@@ -95,6 +95,10 @@ type LimitStatus struct {
 	// false whatever the limit's state; retrying is useless).
 	Denied     bool          `json:"denied,omitempty"`
 	RetryAfter time.Duration `json:"-"`
+	// BlockFor is the limit's penalty box in force (block_for; 0: none,
+	// and always 0 in shadow mode, which blocks no key): JSON "block_for"
+	// ("10m0s"), and "blocked": true on a refusal it made (Blocked).
+	BlockFor   time.Duration `json:"-"`
 	ResetAfter time.Duration `json:"-"`
 	// Period is a quota's calendar period ("day", "week", "month",
 	// "year"); empty for other kinds.
@@ -126,12 +130,27 @@ func (s LimitStatus) MarshalJSON() ([]byte, error) {
 	if s.Override != nil {
 		o = &overrideJSON{Match: json.RawMessage(s.Override.CanonicalMatch())}
 	}
+	var bf string
+	if s.BlockFor > 0 {
+		bf = s.BlockFor.String()
+	}
 	return json.Marshal(struct {
 		plain
 		RetryAfterMS int64         `json:"retry_after_ms"`
 		ResetAfterMS int64         `json:"reset_after_ms"`
 		Override     *overrideJSON `json:"override,omitempty"`
-	}{plain(s), CeilMS(s.RetryAfter), CeilMS(s.ResetAfter), o})
+		BlockFor     string        `json:"block_for,omitempty"`
+		Blocked      bool          `json:"blocked,omitempty"`
+	}{plain(s), CeilMS(s.RetryAfter), CeilMS(s.ResetAfter), o, bf, s.Blocked()})
+}
+
+// Blocked reports whether the key is in its penalty box after this
+// decision: the limit has a BlockFor and refused the request (by the
+// store's rule, store.Spec.Penalize, every such refusal of a cost starts a
+// block or falls in one, and RetryAfter counts down to its end). A deny
+// and a shadow limit block nothing.
+func (s *LimitStatus) Blocked() bool {
+	return s.BlockFor > 0 && !s.Allowed && !s.Denied && !s.Shadow
 }
 
 // CeilMS rounds d up to whole milliseconds.
