@@ -27,6 +27,9 @@ type limitView struct {
 	OnStoreError string `json:"on_store_error,omitempty"`
 	// Shadow: in shadow mode (the limit's shadow: true, or --shadow).
 	Shadow bool `json:"shadow,omitempty"`
+	// BlockFor is the limit's penalty box in force ("10m0s"; absent: none,
+	// and none in shadow mode, which blocks no key).
+	BlockFor string `json:"block_for,omitempty"`
 	// Overrides is the number of overrides of the limit held (with
 	// Config.Overrides; absent without).
 	Overrides *int `json:"overrides,omitempty"`
@@ -35,9 +38,13 @@ type limitView struct {
 // viewOf is l as /v1/policy shows it.
 func viewOf(l *policy.Limit, shadow bool) limitView {
 	sh := l.Shape() // (each field its kind's, zero and omitted for others)
-	return limitView{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When,
+	v := limitView{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When,
 		Capacity: sh.Capacity, Refill: sh.Rate, Window: durationField(sh.Window), SlotTTL: durationField(sh.SlotTTL),
 		Period: sh.Period, Timezone: sh.Timezone, OnStoreError: l.OnStoreError, Shadow: shadow}
+	if !shadow { // (a shadow limit blocks no key)
+		v.BlockFor = durationField(l.BlockFor)
+	}
+	return v
 }
 
 func (s *Server) policy(w http.ResponseWriter, r *http.Request) {
