@@ -31,7 +31,10 @@ func (s *Spec) SameState(o *Spec) bool {
 // key's parameters never hands out a burst: a token bucket keeps the
 // tokens it holds at now (bucket.Params.Convert: credit neither created
 // nor lost, tokens above a smaller capacity dropped, fractions below the
-// new unit rounded down, debt kept) and refills at s's rate from now; a
+// new unit rounded down, debt kept) and refills at s's rate from now,
+// except that a bucket full at now is a new key's under s (a full bucket
+// equals a new one, and a store may forget it at any time: idle eviction,
+// a key's expiry; so every store decides it alike); a
 // window or quota of the same length or period keeps its counts, counted
 // against s's limit; one of another length or period, or of another kind,
 // starts anew (no state). In-flight slots are the store's own and need no
@@ -47,6 +50,9 @@ func (s *Spec) Convert(from *Spec, st State, exists bool, now Now) (State, bool)
 		p, q := &from.Bucket, &s.Bucket
 		t, o, ph := st.tat()
 		tat, origin, phase := BucketState(p, t, o, ph, true, now.Mono)
+		if tat == 0 {
+			return State{}, false // full: a new key's
+		}
 		nt := p.Convert(tat, bucket.Instant{Elapsed: now.Mono - origin, Phase: phase}, q)
 		return bucketState(nt, now.Mono, 0), true
 	}

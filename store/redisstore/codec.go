@@ -30,12 +30,15 @@ var kindCodecs = [...]struct {
 	// periods around the caller's clock), so they are made at each call;
 	// the others are cached per spec.
 	perCall bool
+	// mark is the spec marker of a spec of these parameter fields (see
+	// markOf; nil: a kind with no state to convert).
+	mark func(fields []string) string
 }{
-	store.TokenBucket:   {'b', bucketArgs, false},
-	store.SlidingWindow: {'s', windowArgs, false},
-	store.FixedWindow:   {'f', windowArgs, false},
-	store.Concurrency:   {'c', slotArgs, false},
-	store.Quota:         {'q', (*Store).quotaArgs, true},
+	store.TokenBucket:   {'b', bucketArgs, false, bucketMark},
+	store.SlidingWindow: {'s', windowArgs, false, windowMark},
+	store.FixedWindow:   {'f', windowArgs, false, windowMark},
+	store.Concurrency:   {'c', slotArgs, false, nil},
+	store.Quota:         {'q', (*Store).quotaArgs, true, otherMark},
 }
 
 // kindLetter is kind k's letter in keys, states and the script's arguments.

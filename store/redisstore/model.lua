@@ -215,7 +215,8 @@ end
 -- created, tokens above a smaller capacity dropped, fractions below the
 -- new unit rounded down, debt kept) and refills at the new rate from now;
 -- a window or quota whose marker differs (another length or period)
--- starts anew, as a new key.
+-- starts anew, as a new key; so does a bucket full now (a full bucket is
+-- a new key's: the store drops and expires full states).
 local function limb_respec(kind, at, from, key, expire)
   local now = hex(NOWHEX)
   if kind ~= 'b' then
@@ -230,6 +231,10 @@ local function limb_respec(kind, at, from, key, expire)
   local tat, origin, phase = bstate(P, st, now)
   local eneg, e = elapsed(now, origin)
   local v = units(P, eneg, e, phase)
+  if cmp(tat, v) <= 0 then
+    drop(key, expire)
+    return
+  end
   -- t, the tokens held (units of P, signed: debt below 0), is
   -- P.Tokens: C - (tat - V), C when full.
   local tneg, t = false, P.C

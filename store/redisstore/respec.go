@@ -32,17 +32,16 @@ func (s *Store) ConvertsSpecs() bool { return true }
 // read the same under any limit); a quota's period and zone, hashed
 // (quotaMark). "" for kinds with no state to convert (in-flight slots).
 func (s *Store) markOf(sp *store.Spec) string {
-	switch sp.Kind {
-	case store.Concurrency:
+	m := kindCodecs[sp.Kind].mark
+	if m == nil {
 		return ""
-	case store.TokenBucket:
-		f := s.paramsOf(sp)
-		return "@5" + strings.Join(f[:5], "")
-	case store.SlidingWindow, store.FixedWindow:
-		return "@1" + s.paramsOf(sp)[1]
 	}
-	return "@1" + s.paramsOf(sp)[5]
+	return m(s.paramsOf(sp))
 }
+
+func bucketMark(f []string) string { return "@5" + strings.Join(f[:5], "") }
+func windowMark(f []string) string { return "@1" + f[1] }
+func otherMark(f []string) string  { return "@1" + f[5] }
 
 // quotaMark is the field naming a quota's state: its StateTag (period and
 // zone), hashed to 16 hex digits.
