@@ -450,7 +450,9 @@ func TestKeysExpireWhenNewAgain(t *testing.T) {
 
 // FuzzIdenticalToMemstore drives memstore and redisstore with the same
 // fuzzed sequence of takes, settles and clock steps, over limits on both
-// script paths, and requires identical decisions.
+// script paths, each key's spec changing between its limit's and an
+// override's (raised, lowered, another rate: Item.Base), and requires
+// identical decisions.
 func FuzzIdenticalToMemstore(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 200, 255, 17, 3})
 	f.Add([]byte{5, 5, 5, 5, 250, 250, 1, 1, 1, 1, 128, 64, 32})
@@ -466,16 +468,23 @@ func FuzzIdenticalToMemstore(f *testing.F) {
 		rs := open(t, redisstore.WithScriptClock(clock))
 		ms := memstore.New(memstore.WithClock(clock))
 		var specs []*store.Spec
+		var variants [][4]*store.Spec // per limit: itself, raised, lowered, another rate
 		for i, l := range limits {
-			sl := store.Limit{Kind: store.TokenBucket, Bucket: l}
-			if i >= len(limits)-2 {
-				sl.BlockFor = time.Duration(i) * 150 * time.Millisecond
+			var vs [4]*store.Spec
+			for v, vl := range []bucket.Limit{l, {Capacity: l.Capacity * 10, Rate: l.Rate * 10},
+				{Capacity: max(l.Capacity/2, 1), Rate: l.Rate}, {Capacity: l.Capacity, Rate: l.Rate * 3}} {
+				sl := store.Limit{Kind: store.TokenBucket, Bucket: vl}
+				if i >= len(limits)-2 {
+					sl.BlockFor = time.Duration(i) * 150 * time.Millisecond
+				}
+				sp, err := store.NewSpec(sl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vs[v] = sp
 			}
-			sp, err := store.NewSpec(sl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			specs = append(specs, sp)
+			specs = append(specs, vs[0])
+			variants = append(variants, vs)
 		}
 		ctx := context.Background()
 		refund := map[string]int64{}
@@ -484,12 +493,18 @@ func FuzzIdenticalToMemstore(f *testing.F) {
 			clock.Advance(time.Duration(a) * time.Duration(1) << (b % 40))
 			sp := specs[int(op)%len(specs)]
 			key := fmt.Sprint("k", int(op)%len(specs))
+			var base *store.Spec
+			if v := (int(op) / len(specs)) % 4; v > 0 && op < 240 {
+				sp, base = variants[int(op)%len(specs)][v], sp
+			} else if op >= 240 && a&1 == 1 {
+				sp, base = variants[int(op)%len(specs)][1+int(a>>1)%3], sp
+			}
 			if op >= 240 { // settle
 				delta := int64(b) - 64
 				if op >= 250 {
 					delta = int64(b) << 20
 				}
-				adj := []store.Adjustment{{Key: key, Spec: sp, Delta: delta, RefundBefore: refund[key]}}
+				adj := []store.Adjustment{{Key: key, Spec: sp, Base: base, Delta: delta, RefundBefore: refund[key]}}
 				ms.Adjust(ctx, adj)
 				if err := rs.Adjust(ctx, adj); err != nil {
 					t.Fatal(err)
@@ -497,7 +512,7 @@ func FuzzIdenticalToMemstore(f *testing.F) {
 				continue
 			}
 			cost := min(int64(b), sp.Capacity())
-			x := []store.Item{{Key: key, Spec: sp, Cost: cost}}
+			x := []store.Item{{Key: key, Spec: sp, Base: base, Cost: cost}}
 			y := []store.Item{x[0]}
 			if _, err := ms.Take(ctx, x); err != nil {
 				t.Fatal(err)
