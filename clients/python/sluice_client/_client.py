@@ -46,6 +46,8 @@ class Limit:
     refill_per_second: float = 0.0
     token_cost: int = 0
     denied: bool = False
+    #: a refusal by a limit with block_for: the key is in its penalty box
+    blocked: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ class Decision:
             Limit(name=str(l.get("name", "")), key=str(l.get("key", "")), capacity=int(l.get("capacity", 0)),
                   tokens_remaining=int(l.get("tokens_remaining", 0)), allowed=bool(l.get("allowed", False)),
                   algorithm=str(l.get("algorithm", "")), refill_per_second=float(l.get("refill_per_second", 0) or 0),
-                  token_cost=int(l.get("token_cost", 0)), denied=bool(l.get("denied", False)))
+                  token_cost=int(l.get("token_cost", 0)), denied=bool(l.get("denied", False)),
+                  blocked=bool(l.get("blocked", False)))
             for l in body.get("limits") or []
         ]
         wait = body.get("wait_ms")

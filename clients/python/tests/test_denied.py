@@ -15,6 +15,11 @@ POLICY = """limits:
     key: "tenant:{tenant}"
     capacity: 10
     refill_per_second: 1
+  - name: login
+    key: "user:{user}"
+    capacity: 1
+    refill_per_second: 1
+    block_for: 10m
 overrides:
   - name: tenant_api
     match: {tenant: blocked}
@@ -41,6 +46,10 @@ class Denied(unittest.TestCase):
         self.assertEqual([(l.name, l.allowed, l.denied) for l in d.limits], [("tenant_api", False, True)])
         ok = self.c.check({"tenant": "acme"})
         self.assertEqual((ok.allowed, ok.denied, ok.limits[0].denied), (True, False, False))
+
+    def test_blocked(self) -> None:
+        self.assertEqual([(d.allowed, d.limits[0].blocked) for d in (self.c.check({"user": "eve"}) for _ in range(2))],
+                         [(True, False), (False, True)])
 
     def test_reserve_and_acquire_raise_rate_limited_denied(self) -> None:
         for call in (self.c.reserve, self.c.acquire):

@@ -37,6 +37,8 @@ export interface Limit {
   allowed: boolean;
   /** A deny override refused the request on this limit. */
   denied: boolean;
+  /** A refusal by a limit with block_for: the key is in its penalty box (`retryAfter` counts down to its end). */
+  blocked: boolean;
 }
 
 /** A check's answer. A refusal is a Decision with `allowed` false (and `retryAfter`, seconds), not an exception. `lease` (the receipt id) settles and releases an admitted request; `wait` is, for a reservation, the seconds after which it may act. `denied` is true for a refusal by a deny override (HTTP 403 `denied`; the limit's `denied` too): retrying is useless. */
@@ -135,7 +137,7 @@ function decision(body: any): Decision {
     limits: (body?.limits ?? []).map((l: any) => ({
       name: String(l.name ?? ""), key: String(l.key ?? ""), algorithm: String(l.algorithm ?? ""), capacity: Number(l.capacity ?? 0),
       refillPerSecond: Number(l.refill_per_second ?? 0), tokensRemaining: Number(l.tokens_remaining ?? 0), tokenCost: Number(l.token_cost ?? 0),
-      allowed: Boolean(l.allowed), denied: Boolean(l.denied),
+      allowed: Boolean(l.allowed), denied: Boolean(l.denied), blocked: Boolean(l.blocked),
     })),
   };
 }

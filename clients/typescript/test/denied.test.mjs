@@ -9,6 +9,11 @@ const POLICY = `limits:
     key: "tenant:{tenant}"
     capacity: 10
     refill_per_second: 1
+  - name: login
+    key: "user:{user}"
+    capacity: 1
+    refill_per_second: 1
+    block_for: 10m
 overrides:
   - name: tenant_api
     match: {tenant: blocked}
@@ -30,6 +35,12 @@ test("check returns a deny's refusal, denied on the decision and the limit", asy
   assert.deepEqual(d.limits.map((l) => [l.name, l.allowed, l.denied]), [["tenant_api", false, true]]);
   const ok = await c.check({ descriptors: { tenant: "acme" } });
   assert.deepEqual([ok.allowed, ok.denied, ok.limits[0].denied], [true, false, false]);
+});
+
+test("a limit with block_for marks its refusal blocked", async () => {
+  const got = [];
+  for (let i = 0; i < 2; i++) got.push(await c.check({ descriptors: { user: "eve" } }));
+  assert.deepEqual(got.map((d) => [d.allowed, d.limits[0].blocked]), [[true, false], [false, true]]);
 });
 
 test("reserve and acquire throw RateLimitedError with denied set", async () => {
