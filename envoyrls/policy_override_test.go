@@ -76,6 +76,9 @@ limits:
 	if r := ask(t, c, "edge", 0, ip); r.Statuses[0].LimitRemaining != 4 {
 		t.Fatalf("a refused call takes nothing (5 - 1 left): %v", r)
 	}
+	if r := ask(t, c, "edge", 2, withLimit(desc("path", "/e"), 3, typev3.RateLimitUnit_SECOND)); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("hits within the descriptor's limit (3), above the policy's capacity (1): %v", r)
+	}
 	if r := ask(t, c, "edge", 5, withLimit(desc("path", "/d"), 3, typev3.RateLimitUnit_SECOND)); r.OverallCode != over || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
 		t.Fatalf("hits above the descriptor's limit: over, stating it: %v", r)
 	}

@@ -77,6 +77,8 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			err := c.costError(i, (*its)[j].Cost)
 			if rule := res.Limits[k].Override; rule != nil {
 				err = c.overrideCostError(i, rule, (*its)[j].Cost, it.Spec.Capacity(), res.Limits[k].Shadow)
+			} else if req.Spec != nil && !c.conc[i] { // (the request's own spec's capacity)
+				err = c.overrideCostError(i, nil, (*its)[j].Cost, it.Spec.Capacity(), res.Limits[k].Shadow)
 			}
 			if err != nil {
 				return ManyResult{}, err
