@@ -312,7 +312,7 @@ func (s *Store) fallback(ctx context.Context, items []store.Item, cause error) (
 			res.Allowed = false
 			continue
 		}
-		local = append(local, store.Item{Key: it.Key, Spec: sp, Cost: it.Cost, MaxWait: it.MaxWait})
+		local = append(local, store.Item{Key: it.Key, Spec: sp, Base: s.scaleBase(it.Base), Cost: it.Cost, MaxWait: it.MaxWait})
 		at = append(at, i)
 	}
 	if len(local) == 0 {
@@ -368,6 +368,22 @@ func (s *Store) scale(sp *store.Spec) *store.Spec {
 	return v.(*store.Spec)
 }
 
+// scaleBase is scale for an item's Base (nil: none).
+func (s *Store) scaleBase(sp *store.Spec) *store.Spec {
+	if sp == nil {
+		return nil
+	}
+	return s.scale(sp)
+}
+
+// ConvertsSpecs implements store.SpecConverter: the primary's answer (the
+// local fallback, a memstore, converts too: store.Item.Base is passed to
+// it, scaled as the item's spec).
+func (s *Store) ConvertsSpecs() bool {
+	c, ok := s.cfg.Primary.(store.SpecConverter)
+	return ok && c.ConvertsSpecs()
+}
+
 // unavailable is the error of a call not sent because the store is
 // degraded.
 func (s *Store) unavailable() error {
@@ -413,7 +429,7 @@ func (s *Store) adjustLocal(ctx context.Context, adj []store.Adjustment) error {
 	local := make([]store.Adjustment, 0, len(adj))
 	for _, a := range adj {
 		if a.Spec != nil && s.mode(a.Spec) == Local {
-			a.Spec = s.scale(a.Spec)
+			a.Spec, a.Base = s.scale(a.Spec), s.scaleBase(a.Base)
 			if a.Op() == 'l' {
 				a.Delta /= int64(s.cfg.Instances) // this instance's share of what is left
 			}

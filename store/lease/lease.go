@@ -166,7 +166,9 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}
 	s.decisions.Add(1)
 	for _, it := range items {
-		if !it.Spec.Leasable() || it.Cost == 0 {
+		if !it.Spec.Leasable() || it.Cost == 0 || it.Base != nil && !it.Base.SameState(it.Spec) {
+			// (an item under another spec than its key's usual one goes
+			// to the shared store, which converts the key's state)
 			s.trips.Add(1)
 			return s.inner.Take(ctx, items)
 		}
@@ -508,6 +510,14 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 // Release implements store.Store (on the shared store).
 func (s *Store) Release(ctx context.Context, slots store.Slots) error {
 	return s.inner.Release(ctx, slots)
+}
+
+// ConvertsSpecs implements store.SpecConverter: the shared store's
+// answer (items under another spec than their key's usual one are decided
+// there, not from leases).
+func (s *Store) ConvertsSpecs() bool {
+	c, ok := s.inner.(store.SpecConverter)
+	return ok && c.ConvertsSpecs()
 }
 
 // CanRenew reports whether the shared store can renew slots.
