@@ -141,6 +141,11 @@ class Reserve(unittest.TestCase):
         # tpm refills 1,000/s: the check empties it, the first booking is
         # due 1 s later and the interrupted one 2 s later, so the
         # interrupt (0.2 s in) lands in the sleep even on a slow machine.
+        # A process started in the background by a shell without job
+        # control inherits SIGINT ignored, and interrupt_main then does
+        # nothing: Python's own handler is put back for the test.
+        import signal
+        self.addCleanup(signal.signal, signal.SIGINT, signal.signal(signal.SIGINT, signal.default_int_handler))
         k = key()
         t0 = time.monotonic()
         self.c.check(k, costs={"tpm": 1000})
