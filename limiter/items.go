@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/overrides"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -25,6 +24,7 @@ type scratch struct {
 	// without the store (take's slow path)
 	rules []*overrides.Rule
 	odd   bool
+	ovTmp ovEntry // resolveEntry's answer when it keeps none
 }
 
 func newScratch() *scratch {
@@ -181,60 +181,38 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 			continue
 		}
 		st := &limits[j]
-		var (
-			rule     *overrides.Rule
-			spec     *store.Spec
-			capacity int64
-			shadow   bool
-		)
-		e, sl, h, key, v := c.cached(i, j, sc)
-		if e != nil && e.expires != 0 {
+		e := c.cachedEntry(i, j, sc)
+		if e == nil || e.expires != 0 {
 			if now.IsZero() {
 				now = time.Now()
 			}
-			if now.UnixMilli() >= e.expires {
-				e = nil
-			}
+			e = c.resolveEntry(i, j, req, sc, e, now)
 		}
-		if e != nil {
-			if e.rule == nil {
-				if st.TokenCost > st.Capacity {
-					if err := c.costError(i, st.TokenCost); err != nil {
-						return nil, err
-					}
+		rule := e.rule
+		if rule == nil {
+			if st.TokenCost > st.Capacity {
+				if err := c.costError(i, st.TokenCost); err != nil {
+					return nil, err
 				}
-				continue
 			}
-			if now.IsZero() {
-				now = time.Now()
-			}
-			rule, spec, capacity, shadow = e.rule, e.spec, e.capacity, e.shadow
-			cost := st.TokenCost
-			*st = e.st
-			st.TokenCost = cost
-		} else {
-			if now.IsZero() {
-				now = time.Now()
-			}
-			var lim *policy.Limit
-			rule, v, lim = ix.ResolveVersion(req.Descriptors, now)
-			if sl != nil && lim == c.p.Limits[i] {
-				sl.offer(c.entry(i, key, rule, v), h, v)
-			}
-			if rule == nil {
-				if st.TokenCost > st.Capacity {
-					if err := c.costError(i, st.TokenCost); err != nil {
-						return nil, err
-					}
-				}
-				continue
-			}
-			spec, capacity, shadow = c.overridden(i, rule, st)
+			continue
 		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		cost := st.TokenCost
+		*st = e.st
+		st.TokenCost = cost
+		spec, capacity, shadow := e.spec, e.capacity, e.shadow
 		rule.Hit(now)
 		if len(sc.rules) == 0 {
-			for range items {
-				sc.rules = append(sc.rules, nil)
+			if cap(sc.rules) >= len(items) {
+				sc.rules = sc.rules[:len(items)]
+				for k := range sc.rules {
+					sc.rules[k] = nil
+				}
+			} else {
+				sc.rules = make([]*overrides.Rule, len(items))
 			}
 		}
 		sc.rules[j] = rule
@@ -262,26 +240,6 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 		}
 	}
 	return moved, nil
-}
-
-// cached looks item j (of limit i) up in the limit's cache by the caller's
-// part of its key: its live entry (nil: none), and for storing one, its
-// slot (nil: the limit has no cache), hash, key (borrowed from sc.key)
-// and the Index version looked up at.
-func (c *compiled) cached(i, j int, sc *scratch) (e *ovEntry, sl *ovSlot, h uint64, key string, v uint64) {
-	oc := c.ovc[i]
-	if oc == nil {
-		return nil, nil, 0, "", 0
-	}
-	start := 0
-	if j > 0 {
-		start = sc.ends[j-1]
-	}
-	k := sc.key[start+sc.user[j] : sc.ends[j]]
-	key = unsafe.String(unsafe.SliceData(k), len(k))
-	sl, h = oc.slot(key)
-	v = c.ix[i].Version()
-	return sl.get(key, v), sl, h, key, v
 }
 
 // appendKey appends limit i's key for desc under prefix (its hash tag

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/sluicehq/sluice/overrides"
@@ -16,7 +17,9 @@ import (
 
 // ovSlots is the number of entries of a limit's cache (direct-mapped): its
 // memory is bounded whatever the number of keys.
-const ovSlots = 512
+const ovSlots = 1 << ovBits
+
+const ovBits = 9
 
 // ovCache keeps, per limit of a compiled policy whose key determines the
 // descriptors its overrides can match (keyed), the answer of the limit's
@@ -73,6 +76,56 @@ func newOvCache(lim *policy.Limit) *ovCache {
 	return &ovCache{lim: lim, seed: rand.Uint64() | 1}
 }
 
+// cachedEntry returns the live entry of item j (of limit i) in the
+// limit's cache, or nil: one, perhaps expired, held under the Index's
+// version for the caller's part of the item's key.
+func (c *compiled) cachedEntry(i, j int, sc *scratch) *ovEntry {
+	oc := c.ovc[i]
+	if oc == nil {
+		return nil
+	}
+	s := oc.slots.Load()
+	if s == nil {
+		return nil
+	}
+	key := sc.cacheKey(j)
+	if e := s[slotOf(hashKey(key, oc.seed))].e.Load(); e != nil && e.version == c.ix[i].Version() && e.key == key {
+		return e
+	}
+	return nil
+}
+
+// cacheKey is the caller's part of item j's key (borrowed from sc.key).
+func (sc *scratch) cacheKey(j int) string {
+	start := sc.user[j]
+	if j > 0 {
+		start += sc.ends[j-1]
+	}
+	k := sc.key[start:sc.ends[j]]
+	return unsafe.String(unsafe.SliceData(k), len(k))
+}
+
+// resolveEntry returns the entry of item j (of limit i) at now: e when it
+// has not expired, else the Index's answer, kept in the cache when the
+// limit has one (and the answer is of the limiter's policy limit), else
+// in sc.ovTmp (valid until the next call).
+func (c *compiled) resolveEntry(i, j int, req *Request, sc *scratch, e *ovEntry, now time.Time) *ovEntry {
+	if e != nil && now.UnixMilli() < e.expires {
+		return e
+	}
+	rule, v, lim := c.ix[i].ResolveVersion(req.Descriptors, now)
+	if oc := c.ovc[i]; oc != nil && lim == c.p.Limits[i] {
+		key := sc.cacheKey(j)
+		sl, h := oc.slot(key)
+		e = c.entry(i, key, rule, v)
+		sl.offer(e, h, v)
+		return e
+	}
+	sc.ovTmp = ovEntry{}
+	c.fillEntry(&sc.ovTmp, i, rule, v)
+	return &sc.ovTmp
+}
+
 // slot returns key's slot and hash.
 func (oc *ovCache) slot(key string) (*ovSlot, uint64) {
 	s := oc.slots.Load()
@@ -81,7 +134,7 @@ func (oc *ovCache) slot(key string) (*ovSlot, uint64) {
 		s = oc.slots.Load()
 	}
 	h := hashKey(key, oc.seed)
-	return &s[h%ovSlots], h
+	return &s[slotOf(h)], h
 }
 
 // get returns the live entry of key at Index version v, or nil.
@@ -102,42 +155,58 @@ func (sl *ovSlot) offer(e *ovEntry, h uint64, v uint64) {
 	sl.cand.Store(h)
 }
 
-// hashKey is a 64-bit hash of key (every byte counts; not for untrusted
-// equality: entries compare keys).
+// hashKey is a 64-bit hash of key whose top bits depend on every byte
+// (entries compare keys: a collision costs a resolution, never a wrong
+// answer).
 func hashKey(key string, seed uint64) uint64 {
 	const m = 0x9E3779B97F4A7C15
-	h := seed ^ uint64(len(key))*m
-	p := unsafe.StringData(key)
 	n := len(key)
-	for ; n >= 8; n -= 8 {
-		b := unsafe.Slice(p, 8)
-		h = (h ^ (uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)) * m
-		h ^= h >> 31
-		p = (*byte)(unsafe.Add(unsafe.Pointer(p), 8))
-	}
-	if n > 0 {
-		b := unsafe.Slice(p, n)
-		var w uint64
-		for i, c := range b {
-			w |= uint64(c) << (8 * i)
+	h := seed ^ uint64(n)
+	switch {
+	case n >= 8:
+		for i := 0; i+8 < n; i += 8 {
+			h = (h ^ le64(key[i:])) * m
 		}
-		h = (h ^ w) * m
+		h = (h ^ le64(key[n-8:])) * m // (the last 8 bytes, perhaps read already)
+	case n >= 4:
+		h = (h ^ uint64(le32(key)) ^ uint64(le32(key[n-4:]))<<32) * m
+	case n > 0:
+		h = (h ^ uint64(key[0]) ^ uint64(key[n/2])<<8 ^ uint64(key[n-1])<<16) * m
 	}
-	h ^= h >> 29
-	return h * m
+	return h
 }
+
+// slotOf is the slot of hash h: its top bits.
+func slotOf(h uint64) uint64 { return h >> (64 - ovBits) }
 
 // entry makes the entry of key (borrowed: copied) for rule, resolved at
 // Index version v for limit i.
 func (c *compiled) entry(i int, key string, rule *overrides.Rule, v uint64) *ovEntry {
-	e := &ovEntry{key: strings.Clone(key), version: v, rule: rule, st: c.status[i], spec: c.specs[i], capacity: c.status[i].Capacity}
+	e := &ovEntry{key: strings.Clone(key)}
+	c.fillEntry(e, i, rule, v)
+	return e
+}
+
+// fillEntry sets e (but its key) for rule, resolved at Index version v for
+// limit i.
+func (c *compiled) fillEntry(e *ovEntry, i int, rule *overrides.Rule, v uint64) {
+	e.version, e.rule, e.st, e.spec, e.capacity = v, rule, c.status[i], c.specs[i], c.status[i].Capacity
 	if rule != nil {
-		e.expires = rule.ExpiresAt().UnixMilli()
-		if rule.ExpiresAt().IsZero() {
-			e.expires = 0
+		if t := rule.ExpiresAt(); !t.IsZero() {
+			e.expires = t.UnixMilli()
 		}
 		e.spec, e.capacity, e.shadow = c.overridden(i, rule, &e.st)
 	}
-	return e
+}
+
+// le64 and le32 read the first 8 and 4 bytes of s, little-endian.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
