@@ -84,7 +84,7 @@ func (f family) item(k string, v int, cost int64) store.Item {
 // The same random trace through memstore and redisstore, where each
 // key's spec changes at random between its limit's usual spec and the
 // specs of overrides (raised, lowered, another rate or unit, into and out
-// of debt, with settles and pauses under either), gives identical
+// of debt, with settles, pauses and bookings under either), gives identical
 // decisions, item by item: the script converts a key's state by
 // memstore's rule.
 func TestSpecChangesIdenticalToMemstore(t *testing.T) {
@@ -143,7 +143,9 @@ func testSpecChanges(t *testing.T, rs *redisstore.Store, clock *sluice.ManualClo
 			cost = rng.Int64N(f[v].Capacity() + 1)
 		}
 		a := []store.Item{f.item(key, v, cost)}
-		if rng.IntN(4) == 0 { // a second key in the request, of another family
+		if f[0].Kind == store.TokenBucket && rng.IntN(8) == 0 { // a booking
+			a[0].MaxWait = time.Duration(rng.Int64N(3000)) * time.Millisecond
+		} else if rng.IntN(4) == 0 { // a second key in the request, of another family
 			g := fams[(fi+1)%len(fams)]
 			a = append(a, g.item(fmt.Sprint("f", (fi+1)%len(fams), "k", 0), rng.IntN(len(g)), 1))
 		}
@@ -163,9 +165,9 @@ func testSpecChanges(t *testing.T, rs *redisstore.Store, clock *sluice.ManualClo
 			t.Fatalf("step %d: memstore %v, redis %v", step, ra.Allowed, rb.Allowed)
 		}
 		for i := range a {
-			if a[i].Decision != b[i].Decision || a[i].RefundBefore != b[i].RefundBefore {
-				t.Fatalf("step %d item %d (%s, spec %d of family %d, base %v): memstore %+v %d, redis %+v %d",
-					step, i, a[i].Key, v, fi, a[i].Base != nil, a[i].Decision, a[i].RefundBefore, b[i].Decision, b[i].RefundBefore)
+			if a[i].Decision != b[i].Decision || a[i].RefundBefore != b[i].RefundBefore || a[i].Wait != b[i].Wait {
+				t.Fatalf("step %d item %d (%s, spec %d of family %d, base %v): memstore %+v %d %v, redis %+v %d %v",
+					step, i, a[i].Key, v, fi, a[i].Base != nil, a[i].Decision, a[i].RefundBefore, a[i].Wait, b[i].Decision, b[i].RefundBefore, b[i].Wait)
 			}
 			if a[i].RefundBefore != 0 {
 				refund[a[i].Key] = a[i].RefundBefore
