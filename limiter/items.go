@@ -200,16 +200,16 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 		if now.IsZero() {
 			now = time.Now()
 		}
-		cost := st.TokenCost
-		*st = e.st
-		st.TokenCost = cost
+		applyOverridden(st, &e.st)
 		spec, capacity, shadow := e.spec, e.capacity, e.shadow
 		rule.Hit(now)
 		if len(sc.rules) == 0 {
 			if cap(sc.rules) >= len(items) {
 				sc.rules = sc.rules[:len(items)]
-				for k := range sc.rules {
-					sc.rules[k] = nil
+				for k := 0; k < len(items); k++ { // (one item or a few: no memclr)
+					if k != j {
+						sc.rules[k] = nil
+					}
 				}
 			} else {
 				sc.rules = make([]*overrides.Rule, len(items))

@@ -129,6 +129,15 @@ func (c *compiled) overridden(i int, r *overrides.Rule, st *LimitStatus) (*store
 	return spec, capacity, shadow
 }
 
+// applyOverridden sets in st the fields of from (a status overridden
+// wrote) that overridden sets: st becomes what overridden would make of it
+// for the same limit and rule. (TestCachedStatus checks them.)
+func applyOverridden(st, from *LimitStatus) {
+	st.Override = from.Override
+	st.Capacity, st.RefillPerSecond, st.Window, st.Period = from.Capacity, from.RefillPerSecond, from.Window, from.Period
+	st.Shadow, st.Denied, st.BlockFor = from.Shadow, from.Denied, from.BlockFor
+}
+
 // overrideCostError is costError for an item under an override: deny and
 // unlimited admit any cost (refusing or admitting it whatever it is).
 func (c *compiled) overrideCostError(i int, r *overrides.Rule, cost, capacity int64, shadow bool) error {
