@@ -116,10 +116,11 @@ func (c *compiled) resolveEntry(i, j int, req *Request, sc *scratch, e *ovEntry,
 	rule, v, lim := c.ix[i].ResolveVersion(req.Descriptors, now)
 	if oc := c.ovc[i]; oc != nil && lim == c.p.Limits[i] {
 		key := sc.cacheKey(j)
-		sl, h := oc.slot(key)
-		e = c.entry(i, key, rule, v)
-		sl.offer(e, h, v)
-		return e
+		if sl, h := oc.slot(key); sl.takes(h, v) {
+			e = c.entry(i, key, rule, v)
+			sl.e.Store(e)
+			return e
+		}
 	}
 	sc.ovTmp = ovEntry{}
 	c.fillEntry(&sc.ovTmp, i, rule, v)
@@ -145,14 +146,15 @@ func (sl *ovSlot) get(key string, v uint64) *ovEntry {
 	return nil
 }
 
-// offer stores e in sl (hash h) when the slot is free or stale at version
-// v, or when the same key missed it last time.
-func (sl *ovSlot) offer(e *ovEntry, h uint64, v uint64) {
+// takes reports whether sl takes a new entry of hash h at Index version
+// v: when the slot is free or stale, or when the same key missed it last
+// time (else it remembers h).
+func (sl *ovSlot) takes(h uint64, v uint64) bool {
 	if old := sl.e.Load(); old == nil || old.version != v || sl.cand.Load() == h {
-		sl.e.Store(e)
-		return
+		return true
 	}
 	sl.cand.Store(h)
+	return false
 }
 
 // hashKey is a 64-bit hash of key whose top bits depend on every byte
