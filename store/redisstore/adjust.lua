@@ -7,7 +7,7 @@
 -- usual spec: see respec). Returns 1, or 0 when OOM refused it.
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
-BLK, NOWHEX, MRK, G1k = {}, tohex(now), {}, nil
+BLK, NOWHEX, MRK, G1k = nil, tohex(now), nil, nil
 if OOM then
   -- At maxmemory (noeviction), called through the allow-oom entry point:
   -- an adjustment that would create a key (all but a return, which never

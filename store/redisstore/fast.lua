@@ -171,7 +171,7 @@ end
 -- by every write of it (fstore, save, drop), so that a block outlives any
 -- write before its end and its key lives at least that long; NOWHEX is
 -- the call's clock. take.lua and adjust.lua set both at each call.
-local BLK, NOWHEX = {}, ''
+local BLK, NOWHEX = nil, '' -- (BLK: nil until a call notes a block)
 
 -- The spec marker (store.SpecConverter): a state written under a spec
 -- that is not its key's usual one (an override's: the item came with
@@ -179,11 +179,12 @@ local BLK, NOWHEX = {}, ''
 -- n and n fields of 16 hex digits naming that spec's parameters (markof);
 -- a state without one was written under its key's usual spec. MRK holds
 -- the marker each key's writes in this call carry (set by respec, before
--- every decision and adjustment of a key; nil: none). G1k and G1v are a
+-- every decision and adjustment of a key; nil: none; MRK itself is nil
+-- until a call marks a key, so that most calls make no table). G1k and G1v are a
 -- one-shot cache of the value respec read (key, value), which the
 -- decision's own read (getv) then takes instead of a second GET. take.lua
 -- and adjust.lua reset all three at each call.
-local MRK, G1k, G1v = {}, nil, nil
+local MRK, G1k, G1v = nil, nil, nil
 
 -- getv is GET key, or the value respec just read of it.
 local function getv(key)
@@ -204,6 +205,7 @@ local function unblock(key, s)
     if u > NOWHEX then
       local uh, ul = split16(u, 1)
       local nh, nl = split16(NOWHEX, 1)
+      BLK = BLK or {}
       BLK[key] = {u, (uh - nh) * T32 + (ul - nl)}
     end
     s = string.sub(s, 18)
@@ -235,15 +237,25 @@ end
 -- the one-shot cache.
 local function respec(kind, at, bmk, key)
   local raw = redis.call('GET', key)
-  G1k, G1v, MRK[key] = key, raw, nil
+  G1k, G1v = key, raw
+  if not bmk then
+    -- the common case: the key's usual spec, and a state with no marker
+    if MRK then MRK[key] = nil end
+    if not raw then return nil end
+    local c = string.byte(raw, 1)
+    if c == 33 then c = string.byte(raw, 18) end
+    if c ~= 64 then return nil end
+  end
+  MRK = MRK or {}
+  MRK[key] = nil
   if not raw then
-    if bmk and bmk ~= markof(kind, at) then MRK[key] = markof(kind, at) end
+    if bmk ~= markof(kind, at) then MRK[key] = markof(kind, at) end
     return nil
   end
   local p = 1
   if string.byte(raw, 1) == 33 then p = 18 end
   local marked = string.byte(raw, p) == 64
-  if not marked and not bmk then return nil end -- the common case: nothing to convert
+  if not marked and not bmk then return nil end
   local own = markof(kind, at)
   local from = bmk
   if marked then from = string.sub(raw, p, p + 1 + 16 * tonumber(string.sub(raw, p + 1, p + 1))) end
@@ -255,7 +267,7 @@ end
 -- blockof is key's block in force as noted by unblock: the prefix to
 -- write before its state ('' when none) and the ns it has left (0).
 local function blockof(key)
-  local b = BLK[key]
+  local b = BLK and BLK[key]
   if not b then return '', 0 end
   return '!' .. b[1], b[2]
 end
@@ -286,7 +298,7 @@ end
 -- most writes keep the TTL (cheaper than setting one).
 local function fstore(key, tat, oh, ol, ph, reset, nowms, oldexp, expire)
   local pre, left = blockof(key)
-  pre = pre .. (MRK[key] or '')
+  if MRK and MRK[key] then pre = pre .. MRK[key] end
   if not expire then
     redis.call('SET', key, pre .. struct.pack('<Bddddd', 66, tat, oh, ol, ph, 0))
     return

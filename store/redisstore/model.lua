@@ -166,7 +166,7 @@ end
 
 local function save(key, kind, st, ttl, expire)
   local pre, left = blockof(key)
-  local parts = {pre, MRK[key] or '', kind}
+  local parts = {pre, MRK and MRK[key] or '', kind}
   for i = 1, #st do parts[i + 3] = tohex(st[i]) end
   local v = table.concat(parts)
   if expire and (#ttl > 0 or left > 0) then

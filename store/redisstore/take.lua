@@ -26,7 +26,7 @@ local nh, nl = now2(ARGV[1])
 local nowhex = hex2(nh, nl)
 local nowms -- Unix ms, made when a write needs it
 local expire = ARGV[2] == '1'
-BLK, NOWHEX, MRK, G1k = {}, nowhex, {}, nil
+BLK, NOWHEX, MRK, G1k = nil, nowhex, nil, nil
 
 local specs = {}
 local a = 4
@@ -206,6 +206,7 @@ local function decide(sp, key, costn, cs, k, i)
     else
       redis.call('SET', key, v, 'PX', string.format('%d', ms))
     end
+    BLK = BLK or {}
     BLK[key] = {u, left}
   end
   return false, 0, vmax(retry, left), vmax(reset, left), nil
