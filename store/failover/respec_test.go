@@ -1,3 +1,5 @@
+// The wrapper and spec changes on a key (store.SpecConverter).
+
 package failover_test
 
 import (

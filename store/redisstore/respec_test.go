@@ -1,3 +1,5 @@
+// Spec changes on a key (store.Item.Base) on Redis: identity with memstore, no burst, the marker format, the limiter over overrides.
+
 package redisstore_test
 
 import (
