@@ -30,7 +30,6 @@ const ovBits = 9
 // it misses it twice in a row (so that a flood of new keys neither
 // allocates nor evicts hot ones).
 type ovCache struct {
-	lim   *policy.Limit // the limit the keys are rendered by
 	seed  uint64
 	slots atomic.Pointer[[ovSlots]ovSlot] // allocated at the first use
 }
@@ -73,7 +72,7 @@ func newOvCache(lim *policy.Limit) *ovCache {
 		}
 		t, seen = t[i+j+1:], true
 	}
-	return &ovCache{lim: lim, seed: rand.Uint64() | 1}
+	return &ovCache{seed: rand.Uint64() | 1}
 }
 
 // cachedEntry returns the live entry of item j (of limit i) in the
@@ -136,14 +135,6 @@ func (oc *ovCache) slot(key string) (*ovSlot, uint64) {
 	}
 	h := hashKey(key, oc.seed)
 	return &s[slotOf(h)], h
-}
-
-// get returns the live entry of key at Index version v, or nil.
-func (sl *ovSlot) get(key string, v uint64) *ovEntry {
-	if e := sl.e.Load(); e != nil && e.version == v && e.key == key {
-		return e
-	}
-	return nil
 }
 
 // takes reports whether sl takes a new entry of hash h at Index version
