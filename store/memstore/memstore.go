@@ -191,6 +191,8 @@ type shard struct {
 	// specs holds the spec a key's state was last written under when it
 	// is not the key's usual one (store.Item.Base; respec.go).
 	specs map[string]*store.Spec
+	// memo is the last lookup in specs (respec.go).
+	memo specMemo
 }
 
 // entry is a key's state (its meaning is its spec's kind's: see

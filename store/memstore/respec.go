@@ -4,7 +4,11 @@
 
 package memstore
 
-import "github.com/sluicehq/sluice/store"
+import (
+	"unsafe"
+
+	"github.com/sluicehq/sluice/store"
+)
 
 // ConvertsSpecs implements store.SpecConverter: a key's state written
 // under one spec is converted to another item's spec by store.Spec.Convert
@@ -22,10 +26,19 @@ func (shd *shard) asSpec(e *tentry, sp, base *store.Spec, cur entry, d, wall int
 	if e == nil {
 		return cur, false
 	}
+	if m := &shd.memo; m.sp == sp && sp != nil && len(m.key) == len(e.key) && unsafe.StringData(m.key) == unsafe.StringData(e.key) {
+		return cur, true // (the same bytes: written under sp, the memo of specs says)
+	}
+	return shd.respec(e, sp, base, cur, d, wall)
+}
+
+// respec is asSpec for a key that has a state, when the memo does not
+// tell it is written under sp. Shard locked.
+func (shd *shard) respec(e *tentry, sp, base *store.Spec, cur entry, d, wall int64) (entry, bool) {
 	if base == nil && len(shd.specs) == 0 {
 		return cur, true
 	}
-	w, ok := shd.specs[e.key]
+	w, ok := shd.specOf(e.key)
 	if !ok {
 		w = base
 	}
@@ -52,6 +65,7 @@ func (shd *shard) wrote(key string, sp, base *store.Spec) {
 			shd.specs = map[string]*store.Spec{}
 		}
 		shd.specs[key] = sp
+		shd.memo = specMemo{key: key, sp: sp, set: true}
 		if n := len(shd.specs); n > 1024 && n > 2*shd.m.n {
 			shd.pruneSpecs()
 		}
@@ -60,11 +74,33 @@ func (shd *shard) wrote(key string, sp, base *store.Spec) {
 	if len(shd.specs) > 0 {
 		delete(shd.specs, key)
 	}
+	shd.memo = specMemo{key: key, set: true}
+}
+
+// specMemo is a shard's last answer of its specs map: set, the spec
+// specs holds for key (nil: none). It is the map's answer while set:
+// every change of the map updates or clears it.
+type specMemo struct {
+	key string
+	sp  *store.Spec
+	set bool
+}
+
+// specOf is shd.specs[key], from the memo when it holds key (a hot key
+// under an override's spec costs no map lookup). Shard locked.
+func (shd *shard) specOf(key string) (*store.Spec, bool) {
+	if m := &shd.memo; m.set && m.key == key {
+		return m.sp, m.sp != nil
+	}
+	sp, ok := shd.specs[key]
+	shd.memo = specMemo{key: key, sp: sp, set: true}
+	return sp, ok
 }
 
 // pruneSpecs forgets the specs of keys the shard no longer holds (evicted
 // keys: a key created again starts anew, whatever its spec). Shard locked.
 func (shd *shard) pruneSpecs() {
+	shd.memo = specMemo{}
 	for k := range shd.specs {
 		if shd.m.get(shd.m.hash(k), k) == nil {
 			delete(shd.specs, k)
