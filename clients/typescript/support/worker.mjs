@@ -12,6 +12,9 @@ const c = new Client({ url, timeout: 10 });
 const sleepUntil = (ms) => new Promise((r) => setTimeout(r, Math.max(ms - Date.now(), 0)));
 
 if (mode === "fifo") {
+  // A first request readies the client's code paths and connection, so
+  // that the timed one leaves when it says it does.
+  await c.check({ descriptors: { slow: key + "-warm" } });
   await sleepUntil(Number(rest[0]));
   const sent = Date.now();
   const d = await c.check({ descriptors: { slow: key }, maxWait: 10 });
