@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // TimeFormat is how overrides' times are written: RFC 3339 in UTC with
@@ -145,21 +147,8 @@ func FormatDuration(d time.Duration) string {
 }
 
 // ParseDuration reads a duration as the policy file writes them: a Go
-// duration ("90s", "1h30m") or whole days ("7d").
-func ParseDuration(s string) (time.Duration, error) {
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseInt(d, 10, 64)
-		if err != nil || n < 0 || n > 100_000 {
-			return 0, fmt.Errorf("%q is not a duration", s)
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (like 30s, 24h, 7d)", s)
-	}
-	return d, nil
-}
+// duration ("90s", "1h30m") or whole days ("7d"); it is policy.ParseDuration.
+func ParseDuration(s string) (time.Duration, error) { return policy.ParseDuration(s) }
 
 // DecodeRequest decodes the body of a PUT /v1/overrides: one JSON object
 // with the fields name, match (required, an object of strings; {} matches

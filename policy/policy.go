@@ -479,8 +479,10 @@ func ParseRate(s string) (float64, error) {
 	return n / per, nil
 }
 
-// parseDuration accepts Go durations (90s, 1h30m) and whole days (7d).
-func parseDuration(s string) (time.Duration, error) {
+// ParseDuration reads a duration as the policy file writes them: a Go
+// duration ("90s", "1h30m") or whole days ("7d", at most 100,000). A
+// negative Go duration is returned as it is: callers range-check.
+func ParseDuration(s string) (time.Duration, error) {
 	if d, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseInt(d, 10, 64)
 		if err != nil || n < 0 || n > 100_000 {

@@ -271,7 +271,7 @@ func (f *limitFields) duration(field string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	d, err := parseDuration(s)
+	d, err := ParseDuration(s)
 	if err != nil {
 		f.bad(field, "%v", err)
 		return 0, false
