@@ -92,6 +92,17 @@ func (t ovTarget) pairs() (map[string]string, error) {
 	return m, nil
 }
 
+// start is the beginning of a subcommand's Run: t's pairs (a bad one is a
+// usage error) and the client of the service.
+func (t ovTarget) start(oc *overridesCmd) (map[string]string, *ovClient, error) {
+	m, err := t.pairs()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	cl, err := oc.client()
+	return m, cl, err
+}
+
 // ovWire is an override's JSON: a PUT body (only the fields set) or an
 // answer's record (with the service's times and counters).
 type ovWire struct {
@@ -360,11 +371,7 @@ type ovGetCmd struct {
 func (c ovGetCmd) Validate() error { _, err := c.pairs(); return err }
 
 func (c ovGetCmd) Run(e *env, oc *overridesCmd) error {
-	m, err := c.pairs()
-	if err != nil {
-		return usageError{err}
-	}
-	cl, err := oc.client()
+	m, cl, err := c.start(oc)
 	if err != nil {
 		return err
 	}
@@ -412,11 +419,7 @@ func (c ovListCmd) Validate() error {
 }
 
 func (c ovListCmd) Run(e *env, oc *overridesCmd) error {
-	m, err := c.pairs()
-	if err != nil {
-		return usageError{err}
-	}
-	cl, err := oc.client()
+	m, cl, err := c.start(oc)
 	if err != nil {
 		return err
 	}
@@ -470,11 +473,7 @@ type ovDeleteCmd struct {
 func (c ovDeleteCmd) Validate() error { _, err := c.pairs(); return err }
 
 func (c ovDeleteCmd) Run(e *env, oc *overridesCmd) error {
-	m, err := c.pairs()
-	if err != nil {
-		return usageError{err}
-	}
-	cl, err := oc.client()
+	m, cl, err := c.start(oc)
 	if err != nil {
 		return err
 	}
@@ -499,11 +498,7 @@ func (c ovResolveCmd) Validate() error {
 }
 
 func (c ovResolveCmd) Run(e *env, oc *overridesCmd) error {
-	m, err := c.pairs()
-	if err != nil {
-		return usageError{err}
-	}
-	cl, err := oc.client()
+	m, cl, err := c.start(oc)
 	if err != nil {
 		return err
 	}
