@@ -18,8 +18,16 @@
 // does: requests_per_unit per unit in a known domain, whatever the tree
 // holds for it (Service.ShouldRateLimit).
 //
-// Not supported (rejected when present, so nothing is silently ignored):
-// replaces, share_threshold, quota_mode, detailed_metric, value_to_metric.
+// The reference's other fields have its meaning (as of its main branch,
+// after envoyproxy/ratelimit#1059): replaces (a matched limit that
+// replaces another by name drops that one from the call), quota_mode (a
+// quota descriptor over its limit fails the call only when every quota
+// descriptor of the call is over), share_threshold (every value matching
+// a wildcard shares one bucket), detailed_metric and value_to_metric (the
+// request's values in the reference-named metrics, bounded; see
+// RegisterReference); metadata is accepted and not used. A wildcard may
+// stand anywhere in a value ("foo*bar*"), each * any run of characters;
+// requests_per_unit 0 refuses every request.
 package envoyrls
 
 import (
@@ -51,18 +59,26 @@ type Config struct {
 
 // Node is one level of a domain's descriptor tree.
 type Node struct {
-	Key, Value string // Value "" matches any value (key-only); "x*" a prefix
+	Key, Value string // Value "" matches any value (key-only); with a *, a wildcard
 	Limit      *Limit
 	Shadow     bool
 	Children   []*Node
+
+	Quota          bool // quota_mode
+	DetailedMetric bool // detailed_metric
+	ValueToMetric  bool // value_to_metric
+	ShareThreshold bool // share_threshold: values matching the wildcard share one bucket
+
+	wild []string // Value split at each *, when it has one
 }
 
 // Limit is a node's rate_limit.
 type Limit struct {
 	Name            string
 	Unit            rls.RateLimitResponse_RateLimit_Unit
-	RequestsPerUnit uint32
+	RequestsPerUnit uint32 // 0: every request is over the limit
 	Unlimited       bool
+	Replaces        []string // names of the limits this one replaces when both match
 	spec            *store.Spec
 }
 
@@ -188,6 +204,13 @@ func LoadDir(dir string) (*Config, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("no *.yaml or *.yml file in %s", dir)
 	}
+	return LoadFiles(files)
+}
+
+// LoadFiles reads each file, in the order given, each one domain, as
+// LoadDir does the files of its directory; no file is an empty
+// configuration (no domain: every descriptor is OK with no limit).
+func LoadFiles(files []string) (*Config, error) {
 	cfg := &Config{Domains: map[string]*Node{}}
 	where := map[string]string{} // domain -> the file defining it
 	var errs Errors
@@ -235,9 +258,10 @@ func Parse(src []byte) (string, *Node, error) {
 // Field names, for suggestions.
 var (
 	fileFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode"}
-	limitFields      = []string{"unit", "requests_per_unit", "unlimited", "name"}
-	unitNames        = []string{"second", "minute", "hour", "day", "week", "month", "year"}
+	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
+	unitNames   = []string{"second", "minute", "hour", "day", "week", "month", "year"}
 )
 
 // parser collects every problem of one file; a problem that does not follow
@@ -335,6 +359,7 @@ func (p *parser) nodes(seq *yaml.Node, depth int) []*Node {
 		}
 		node := &Node{}
 		hasKey := false
+		var share *yaml.Node
 		p.fields(n, func(k, v *yaml.Node) {
 			switch k.Value {
 			case "key":
@@ -349,25 +374,46 @@ func (p *parser) nodes(seq *yaml.Node, depth int) []*Node {
 					p.at(v, "value must be a string")
 					return
 				}
-				if i := strings.IndexByte(v.Value, '*'); i >= 0 && i != len(v.Value)-1 {
-					p.at(v, "value %q: a wildcard value may only end in *", v.Value)
-					return
-				}
 				node.Value = v.Value
+				if strings.Contains(v.Value, "*") {
+					node.wild = strings.Split(v.Value, "*")
+				}
 			case "shadow_mode":
 				node.Shadow = p.boolean(k, v)
+			case "quota_mode":
+				node.Quota = p.boolean(k, v)
+			case "detailed_metric":
+				node.DetailedMetric = p.boolean(k, v)
+			case "value_to_metric":
+				node.ValueToMetric = p.boolean(k, v)
+			case "share_threshold":
+				share = k
+				node.ShareThreshold = p.boolean(k, v)
+			case "metadata":
+				// Accepted (the reference returns it as dynamic metadata
+				// when asked); not used.
 			case "rate_limit":
 				node.Limit = p.limit(v)
 			case "descriptors":
 				node.Children = p.nodes(v, depth+1)
-			case "replaces", "share_threshold", "quota_mode", "detailed_metric", "value_to_metric":
-				p.at(k, "%q is not supported by sluice", k.Value)
+			case "replaces", "unit", "requests_per_unit", "unlimited", "name":
+				p.at(k, "%q belongs in the descriptor's rate_limit", k.Value)
 			default:
 				p.at(k, "unknown field %q in a descriptor%s", k.Value, suggest.DidYouMean(k.Value, descriptorFields))
 			}
 		})
 		if !hasKey {
 			p.at(n, "a descriptor needs a key")
+		}
+		if node.ShareThreshold && node.wild == nil {
+			p.at(share, "share_threshold can only be used with a wildcard value (containing *)")
+		}
+		if l := node.Limit; l != nil {
+			for _, r := range l.Replaces {
+				if r == l.Name && r != "" {
+					p.at(n, "rate_limit %q replaces itself", r)
+				}
+			}
 		}
 		out = append(out, node)
 	}
@@ -405,6 +451,8 @@ func (p *parser) limit(n *yaml.Node) *Limit {
 				return
 			}
 			l.Name = v.Value
+		case "replaces":
+			l.Replaces = p.replaces(v)
 		default:
 			p.at(k, "unknown field %q in rate_limit%s", k.Value, suggest.DidYouMean(k.Value, limitFields))
 		}
@@ -425,19 +473,19 @@ func (p *parser) limit(n *yaml.Node) *Limit {
 		x, err := strconv.ParseInt(rpu.Value, 10, 64)
 		switch {
 		case rpu.Kind != yaml.ScalarNode || err != nil && !errors.Is(err, strconv.ErrRange):
-			p.at(rpu, "requests_per_unit %q is not a whole number: it must be at least 1", rpu.Value)
-		case x < 1:
-			p.at(rpu, "requests_per_unit %s: it must be at least 1", rpu.Value)
+			p.at(rpu, "requests_per_unit %q is not a whole number: it must be at least 0", rpu.Value)
+		case x < 0:
+			p.at(rpu, "requests_per_unit %s: it must be at least 0 (0 refuses every request)", rpu.Value)
 		case err != nil || x > math.MaxUint32:
 			p.at(rpu, "requests_per_unit %s: it must be at most %d", rpu.Value, uint32(math.MaxUint32))
 		default:
 			l.RequestsPerUnit = uint32(x)
 		}
 	case !l.Unlimited:
-		p.at(n, "rate_limit needs requests_per_unit (a whole number, at least 1)")
+		p.at(n, "rate_limit needs requests_per_unit (a whole number, at least 0)")
 	}
-	if l.Unlimited || len(p.errs) > before {
-		return l
+	if l.Unlimited || len(p.errs) > before || l.RequestsPerUnit == 0 {
+		return l // (0 per unit: no spec, every request over the limit)
 	}
 	spec, err := store.NewBucketSpec(bucket.Limit{Capacity: int64(l.RequestsPerUnit), Rate: float64(l.RequestsPerUnit) / secs})
 	if err != nil {
@@ -448,6 +496,40 @@ func (p *parser) limit(n *yaml.Node) *Limit {
 	return l
 }
 
+// replaces is a rate_limit's replaces: a list of mappings, each with a
+// non-empty name.
+func (p *parser) replaces(v *yaml.Node) []string {
+	if v.Kind != yaml.SequenceNode {
+		p.at(v, "replaces must be a list of {name: NAME}")
+		return nil
+	}
+	var out []string
+	for _, e := range v.Content {
+		if e.Kind != yaml.MappingNode {
+			p.at(e, "a replaces entry must be a mapping with a name")
+			continue
+		}
+		name := ""
+		p.fields(e, func(k, v *yaml.Node) {
+			if k.Value != "name" {
+				p.at(k, "unknown field %q in a replaces entry (it has only name)", k.Value)
+				return
+			}
+			if v.Kind != yaml.ScalarNode {
+				p.at(v, "name must be a string")
+				return
+			}
+			name = v.Value
+		})
+		if name == "" {
+			p.at(e, "a replaces entry needs a non-empty name")
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
 // yamlError is a YAML syntax error as an Error, its "yaml: line N:" prefix
 // turned into the Error's line.
 func yamlError(err error) *Error {
@@ -456,43 +538,4 @@ func yamlError(err error) *Error {
 		line = 1
 	}
 	return &Error{Line: line, Msg: msg}
-}
-
-// match walks a descriptor's entries down a domain's tree as the reference
-// service does and returns the node reached, or nil when there is none (or
-// the descriptor is deeper than the tree).
-func match(root *Node, entries [][2]string) *Node {
-	node := root
-	for _, e := range entries {
-		var exact, wild, keyOnly *Node
-		for _, c := range node.Children {
-			if c.Key != e[0] {
-				continue
-			}
-			switch {
-			case c.Value == e[1]:
-				exact = c
-			case strings.HasSuffix(c.Value, "*") && strings.HasPrefix(e[1], strings.TrimSuffix(c.Value, "*")):
-				if wild == nil {
-					wild = c
-				}
-			case c.Value == "":
-				keyOnly = c
-			}
-		}
-		switch {
-		case exact != nil:
-			node = exact
-		case wild != nil:
-			node = wild
-		case keyOnly != nil:
-			node = keyOnly
-		default:
-			return nil
-		}
-	}
-	if node == root {
-		return nil
-	}
-	return node
 }

@@ -32,7 +32,7 @@ descriptors:
   - key: k1
     rate_limit:
       unit: fortnight
-      requests_per_unit: 0
+      requests_per_unit: -1
   - key: k2
     rate_limt:
       unit: second
@@ -58,18 +58,18 @@ descriptors:
 	want := strings.Join([]string{
 		"envoy config: 17 problems:",
 		a + `: line 5, column 13: unit "fortnight" is not second, minute, hour, day, week, month or year`,
-		a + `: line 6, column 26: requests_per_unit 0: it must be at least 1`,
+		a + `: line 6, column 26: requests_per_unit -1: it must be at least 0 (0 refuses every request)`,
 		a + `: line 8, column 5: unknown field "rate_limt" in a descriptor (did you mean rate_limit?)`,
-		a + `: line 11, column 51: requests_per_unit -3: it must be at least 1`,
-		a + `: line 13, column 5: "replaces" is not supported by sluice`,
-		a + `: line 15, column 51: requests_per_unit "lots" is not a whole number: it must be at least 1`,
+		a + `: line 11, column 51: requests_per_unit -3: it must be at least 0 (0 refuses every request)`,
+		a + `: line 13, column 5: "replaces" belongs in the descriptor's rate_limit`,
+		a + `: line 15, column 51: requests_per_unit "lots" is not a whole number: it must be at least 0`,
 		a + `: line 17, column 5: field "key" is given twice`,
 		a + `: line 18, column 24: unit "secnd" is not second, minute, hour, day, week, month or year (did you mean second?)`,
 		a + `: line 18, column 50: requests_per_unit 5000000000: it must be at most 4294967295`,
 		a + `: line 18, column 62: unknown field "burst" in rate_limit`,
 		a + `: line 19, column 5: a descriptor needs a key`,
 		a + `: line 20, column 17: rate_limit needs a unit (second, minute, hour, day, week, month or year)`,
-		a + `: line 20, column 17: rate_limit needs requests_per_unit (a whole number, at least 1)`,
+		a + `: line 20, column 17: rate_limit needs requests_per_unit (a whole number, at least 0)`,
 		b + `: line 2: YAML: did not find expected node content`,
 		c + `: line 1, column 1: unknown field "domian" (did you mean domain?)`,
 		c + `: line 1, column 1: missing domain`,
@@ -89,8 +89,8 @@ descriptors:
 
 // One problem is the problem alone; Parse's errors have no file.
 func TestParseOneProblem(t *testing.T) {
-	_, _, err := envoyrls.Parse([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n"))
-	if err == nil || err.Error() != "line 6, column 26: requests_per_unit 0: it must be at least 1" || !errors.Is(err, envoyrls.ErrInvalid) {
+	_, _, err := envoyrls.Parse([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -2\n"))
+	if err == nil || err.Error() != "line 6, column 26: requests_per_unit -2: it must be at least 0 (0 refuses every request)" || !errors.Is(err, envoyrls.ErrInvalid) {
 		t.Fatalf("%v", err)
 	}
 	if _, _, err := envoyrls.Parse([]byte("domain: d\nfoo: [\n")); err == nil || err.Error() != "line 2: YAML: did not find expected node content" {

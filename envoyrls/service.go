@@ -30,6 +30,7 @@ type Service struct {
 	st        store.Store
 	decisions *prometheus.CounterVec // nil: not counted
 	overrides overrides              // descriptors' own limits
+	ref       *refStats              // the reference's metrics; nil: not counted
 }
 
 // Register counts the service's decisions in reg as
@@ -57,7 +58,10 @@ func NewService(cfg *Config, st store.Store) *Service {
 
 // SetConfig replaces the configuration at once (hot reload); buckets of
 // unchanged descriptors keep their state only if their limits are equal.
-func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+func (s *Service) SetConfig(cfg *Config) {
+	s.cfg.Store(cfg)
+	s.NoteConfigLoad(nil)
+}
 
 // MaxDescriptors bounds one request's descriptors, MaxEntries each
 // descriptor's entries, and MaxEntryBytes each entry's key and value (keys
@@ -88,10 +92,12 @@ func grpcError(p answer.Problem) error { return status.Error(codes.Code(p.GRPC),
 type applied struct {
 	node  *Node
 	key   string
+	stat  string // the reference's stats key ("domain.key_value..."), when counted
 	hits  int64
-	item  int // index in items, -1 when not taken (no limit, unlimited, shadow, or over capacity)
+	item  int // index in items (in quota when quota), -1 when not taken (no limit, unlimited, shadow, or over capacity)
 	over  bool
 	shade bool
+	quota bool // a quota_mode descriptor
 }
 
 // ShouldRateLimit implements the RateLimitService.
@@ -99,15 +105,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if len(req.GetDescriptors()) > MaxDescriptors {
 		return nil, grpcError(answer.Errorf(answer.BadRequest, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors))
 	}
+	if s.ref != nil {
+		defer s.ref.called(time.Now())
+	}
 	cfg := s.cfg.Load()
-	c := &rlsCall{ds: make([]applied, len(req.GetDescriptors())), overall: rls.RateLimitResponse_OK}
+	c := &rlsCall{ds: make([]applied, len(req.GetDescriptors())), overall: rls.RateLimitResponse_OK, ref: s.ref}
 	if len(c.ds) > 1 {
 		c.index, c.shadowIx = map[string]int{}, map[string]int{}
 	}
 	if err := c.collect(req, cfg.Domains[req.GetDomain()], &s.overrides); err != nil {
+		s.ref.callError("service_error")
 		return nil, err
 	}
 	if err := c.decide(ctx, s.st); err != nil {
+		s.ref.callError("redis_error")
 		return nil, err
 	}
 	return c.respond(s.decisions), nil
@@ -118,10 +129,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 // (counted, never refusing: the limiter's rule, limiter.DecideShadow), and
 // the overall code so far.
 type rlsCall struct {
-	ds              []applied
-	items, shadow   []store.Item
-	index, shadowIx map[string]int // key -> index in items, in shadow; made when a call has several descriptors
-	overall         rls.RateLimitResponse_Code
+	ds                   []applied
+	items, shadow, quota []store.Item
+	index, shadowIx      map[string]int // key -> index in items, in shadow; made when a call has several descriptors
+	overall              rls.RateLimitResponse_Code
+	quotas, quotaOver    int       // quota_mode descriptors of the call, and those over their limit
+	ref                  *refStats // nil: the reference's metrics are not counted
 }
 
 // collect matches every descriptor of req against the domain's tree root
@@ -136,6 +149,8 @@ func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node, ov *overrides) 
 	}
 	var ebuf [8][2]string
 	var kbuf [128]byte
+	var pbuf [8]step
+	replacing := false
 	for i, d := range req.GetDescriptors() {
 		a := &c.ds[i]
 		a.item = -1
@@ -157,26 +172,66 @@ func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node, ov *overrides) 
 			entries = append(entries, [2]string{e.GetKey(), e.GetValue()})
 		}
 		var node *Node
+		var path []step
 		if o := d.GetLimit(); o != nil {
 			l, err := ov.limit(i, o)
 			if err != nil {
 				return err
 			}
 			node = &Node{Key: overrideLabel(req.GetDomain(), entries), Limit: l}
-		} else if node = match(root, entries); node == nil || node.Limit == nil {
-			continue
+		} else {
+			if path = matchPath(root, entries, pbuf[:0]); path == nil {
+				continue
+			}
+			if node = path[len(path)-1].node; node.Limit == nil {
+				continue
+			}
 		}
 		// The key: the limit's state tag (a changed rate_limit in other
-		// units starts anew), the domain and the entries.
+		// units starts anew), the domain and the entries (a value matched
+		// by a share_threshold wildcard: the wildcard, one bucket for all).
 		key := kbuf[:0]
 		if node.Limit.spec != nil {
 			key = append(append(key, node.Limit.spec.StateTag()...), '|')
 		}
 		key = append(key, req.GetDomain()...)
-		for _, e := range entries {
-			key = appendEscaped(append(appendEscaped(append(key, '|'), e[0]), '='), e[1])
+		for j, e := range entries {
+			v := e[1]
+			if path != nil && path[j].how == byWild && path[j].node.ShareThreshold {
+				v = path[j].node.Value
+			}
+			key = appendEscaped(append(appendEscaped(append(key, '|'), e[0]), '='), v)
 		}
 		a.node, a.key = node, string(key)
+		if c.ref != nil {
+			a.stat = c.ref.statKey(req.GetDomain(), entries, path)
+		}
+		if len(node.Limit.Replaces) > 0 {
+			replacing = true
+		}
+	}
+	// A matched limit that replaces others by name drops them from the
+	// call (the reference's replaces), whichever descriptor matched them.
+	var replaced map[string]bool
+	if replacing {
+		replaced = map[string]bool{}
+		for i := range c.ds {
+			if n := c.ds[i].node; n != nil {
+				for _, r := range n.Limit.Replaces {
+					replaced[r] = true
+				}
+			}
+		}
+	}
+	for i := range c.ds {
+		a := &c.ds[i]
+		if a.node == nil {
+			continue
+		}
+		if name := a.node.Limit.Name; name != "" && replaced[name] {
+			a.node = nil
+			continue
+		}
 		c.add(a)
 	}
 	return nil
@@ -198,6 +253,18 @@ func (c *rlsCall) add(a *applied) {
 			}
 			c.shadow = append(c.shadow, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
 		}
+		return
+	}
+	if node.Quota {
+		a.quota = true
+		c.quotas++
+		if a.hits > int64(node.Limit.RequestsPerUnit) || node.Limit.spec == nil {
+			a.over = true
+			c.quotaOver++
+			return
+		}
+		a.item = len(c.quota)
+		c.quota = append(c.quota, store.Item{Key: a.key, Spec: node.Limit.spec, Cost: a.hits})
 		return
 	}
 	if a.hits > int64(node.Limit.RequestsPerUnit) || node.Limit.spec == nil {
@@ -246,6 +313,9 @@ func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
 			return grpcError(p)
 		}
 	}
+	if err := c.decideQuota(ctx, st); err != nil {
+		return err
+	}
 	if len(c.shadow) > 0 {
 		take := func(its []store.Item) (store.Result, error) { return st.Take(ctx, its) }
 		for j := range c.shadow {
@@ -268,6 +338,9 @@ func (c *rlsCall) respond(decisions *prometheus.CounterVec) *rls.RateLimitRespon
 			if decisions != nil {
 				decisions.WithLabelValues(limitLabel(c.ds[i].node), c.result(&c.ds[i], st, lim), limiter.AttemptOriginal).Inc()
 			}
+		}
+		if c.ref != nil && ok {
+			c.ref.observe(&c.ds[i], st, lim)
 		}
 		resp.Statuses = append(resp.Statuses, st)
 	}
@@ -295,6 +368,8 @@ func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus
 	st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
 	var d sluice.Decision
 	switch {
+	case a.item >= 0 && a.quota:
+		d = c.quota[a.item].Decision
 	case a.item >= 0:
 		d = c.items[a.item].Decision
 	case a.shade:

@@ -171,10 +171,10 @@ func TestConfigErrors(t *testing.T) {
 	for src, want := range map[string]string{
 		"descriptors: []\n":                                       "missing domain",
 		"domain: d\ndescriptors:\n  - value: x\n":                 "needs a key",
-		"domain: d\ndescriptors:\n  - key: k\n    replaces: []\n": `"replaces" is not supported`,
+		"domain: d\ndescriptors:\n  - key: k\n    replaces: []\n": `"replaces" belongs in the descriptor's rate_limit`,
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n": "unit",
-		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n":    "at least 1",
-		"domain: d\ndescriptors:\n  - key: k\n    value: a*b\n":                                          "wildcard",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n":   "at least 0",
+		"domain: d\ndescriptors:\n  - key: k\n    value: a\n    share_threshold: true\n":                 "wildcard",
 		"domain: d\nfoo: 1\n": `unknown field "foo"`,
 		"domain: [\n":         "YAML",
 	} {

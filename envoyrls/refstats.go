@@ -1,0 +1,209 @@
+// The reference service's metrics, named as its Prometheus mapping names them.
+
+package envoyrls
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/answer"
+)
+
+// MaxDetailedKeys bounds the distinct stats keys that detailed_metric and
+// value_to_metric make from requests' values across a Service's life;
+// beyond it a descriptor is counted under its configuration's key (as
+// without those fields), so that requests cannot grow the metrics
+// without bound.
+const MaxDetailedKeys = 10000
+
+// NearLimitRatio is the reference's NEAR_LIMIT_RATIO default: an admitted
+// hit that leaves more than this share of the limit used is near_limit.
+const NearLimitRatio = 0.8
+
+// refStats counts what the reference service counts, in the series its
+// statsd exporter mapping (examples/prom-statsd-exporter/conf.yaml, the
+// built-in mapping of its USE_PROMETHEUS) makes of them.
+type refStats struct {
+	hits, over, near, within, shadow *prometheus.CounterVec // {domain, key1, key2}
+	requests, errors                 *prometheus.CounterVec
+	latency                          *prometheus.HistogramVec
+	loads, loadErrors                atomic.Int64
+	mu                               sync.Mutex
+	detailed                         map[string]bool // stats keys made of request values
+}
+
+// RegisterReference counts the service's decisions in reg under the
+// reference service's Prometheus names too, so that its dashboards keep
+// working:
+//
+//   - ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
+//     within_limit,shadow_mode}{domain, key1, key2}: per limit, hits
+//     (hits_addend) in total, refused (a shadow_mode limit's would-be
+//     refusals included, also counted in shadow_mode), admitted, and
+//     admitted with more than NearLimitRatio of the limit used. The
+//     labels are the reference's stats key, "DOMAIN.KEY_VALUE.KEY_VALUE..."
+//     split at its dots: domain, key1 and key2 (empty when the key has two
+//     parts; deeper parts dropped, as the mapping does). The key names the
+//     configuration's nodes (a key-only node by its key, a wildcard by its
+//     pattern): bounded by the configuration. detailed_metric and
+//     value_to_metric put request values in it as the reference does, at
+//     most MaxDetailedKeys of them.
+//   - ratelimit_service_total_requests{grpc_method} and
+//     ratelimit_service_response_time_seconds{grpc_method} (a histogram),
+//     grpc_method "ShouldRateLimit";
+//     ratelimit_service_should_rate_limit_error{err_type}: err_type
+//     "redis_error" (the store failed) or "service_error" (a bad request);
+//   - ratelimit_service_config_load_success and
+//     ratelimit_service_config_load_error: configurations taken (SetConfig,
+//     NoteConfigLoad(nil)) and refused (NoteConfigLoad(err)).
+func (s *Service) RegisterReference(reg prometheus.Registerer) error {
+	lim := []string{"domain", "key1", "key2"}
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, lim)
+	}
+	r := &refStats{
+		hits:     vec("total_hits", "Hits per limit (the reference's name)."),
+		over:     vec("over_limit", "Hits over the limit, shadow_mode's would-be refusals included (the reference's name)."),
+		near:     vec("near_limit", "Admitted hits with more than 80% of the limit used (the reference's name)."),
+		within:   vec("within_limit", "Admitted hits (the reference's name)."),
+		shadow:   vec("shadow_mode", "Hits over a shadow_mode limit, admitted (the reference's name)."),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_total_requests", Help: "ShouldRateLimit calls (the reference's name)."}, []string{"grpc_method"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_should_rate_limit_error",
+			Help: "ShouldRateLimit calls that failed, by err_type: redis_error or service_error (the reference's name)."}, []string{"err_type"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
+			Help: "ShouldRateLimit's time to answer (the reference's name)."}, []string{"grpc_method"}),
+		detailed: map[string]bool{},
+	}
+	loads := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success",
+		Help: "Rate-limit configurations loaded (the reference's name)."}, func() float64 { return float64(r.loads.Load()) })
+	loadErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error",
+		Help: "Rate-limit configurations refused, the one in force kept (the reference's name)."}, func() float64 { return float64(r.loadErrors.Load()) })
+	for _, c := range []prometheus.Collector{r.hits, r.over, r.near, r.within, r.shadow, r.requests, r.errors, r.latency, loads, loadErrors} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	r.errors.WithLabelValues("redis_error")
+	r.errors.WithLabelValues("service_error")
+	s.ref = r
+	return nil
+}
+
+// NoteConfigLoad counts a configuration loaded (err nil) or refused in
+// ratelimit_service_config_load_success or _error (RegisterReference);
+// SetConfig counts its configuration itself.
+func (s *Service) NoteConfigLoad(err error) {
+	if s.ref == nil {
+		return
+	}
+	if err != nil {
+		s.ref.loadErrors.Add(1)
+		return
+	}
+	s.ref.loads.Add(1)
+}
+
+// callError counts a failed call (r nil: not counted).
+func (r *refStats) callError(errType string) {
+	if r != nil {
+		r.errors.WithLabelValues(errType).Inc()
+	}
+}
+
+// called counts a call that started at start.
+func (r *refStats) called(start time.Time) {
+	r.requests.WithLabelValues("ShouldRateLimit").Inc()
+	r.latency.WithLabelValues("ShouldRateLimit").Observe(time.Since(start).Seconds())
+}
+
+// statKey is a matched descriptor's stats key as the reference service
+// makes it (config GetLimit's FullKey): path nil is a descriptor with its
+// own limit, "DOMAIN.KEY_VALUE..." of its entries.
+func (r *refStats) statKey(domain string, entries [][2]string, path []step) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	if path == nil {
+		for _, e := range entries {
+			b.WriteByte('.')
+			b.WriteString(e[0])
+			if e[1] != "" {
+				b.WriteString("_" + e[1])
+			}
+		}
+		return b.String()
+	}
+	var base strings.Builder
+	base.WriteString(domain)
+	share := false
+	for _, st := range path {
+		base.WriteString("." + st.node.Key)
+		if st.node.Value != "" {
+			base.WriteString("_" + st.node.Value)
+		}
+		share = share || st.how == byWild && st.node.ShareThreshold
+	}
+	leaf := path[len(path)-1].node
+	for j, e := range entries {
+		n, how := path[j].node, path[j].how
+		v := ""
+		switch {
+		case how == byWild && n.ShareThreshold:
+			v = n.Value
+		case leaf.DetailedMetric:
+			v = e[1]
+			if !share && v == "" {
+				b.WriteString("." + e[0] + "_")
+				continue
+			}
+		case how == byWild && !n.ValueToMetric:
+			v = n.Value
+		case how == byValue, n.ValueToMetric:
+			v = e[1]
+		}
+		b.WriteString("." + e[0])
+		if v != "" {
+			b.WriteString("_" + v)
+		}
+	}
+	key, cfgKey := b.String(), base.String()
+	if key == cfgKey {
+		return key
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.detailed[key] {
+		if len(r.detailed) >= MaxDetailedKeys {
+			return cfgKey
+		}
+		r.detailed[key] = true
+	}
+	return key
+}
+
+// observe counts a decided descriptor with a limit.
+func (r *refStats) observe(a *applied, st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit) {
+	parts := strings.SplitN(strings.ToValidUTF8(a.stat, "\uFFFD"), ".", 4)
+	labels := []string{parts[0], "", ""}
+	copy(labels[1:], parts[1:min(len(parts), 3)])
+	hits := float64(a.hits)
+	r.hits.WithLabelValues(labels...).Add(hits)
+	if st.Code == rls.RateLimitResponse_OVER_LIMIT || a.shade && !lim.Allowed {
+		r.over.WithLabelValues(labels...).Add(hits)
+		if a.shade {
+			r.shadow.WithLabelValues(labels...).Add(hits)
+		}
+		return
+	}
+	r.within.WithLabelValues(labels...).Add(hits)
+	rpu := int64(a.node.Limit.RequestsPerUnit)
+	near := int64(math.Floor(float64(rpu) * NearLimitRatio))
+	if used := rpu - int64(st.LimitRemaining); used > near {
+		r.near.WithLabelValues(labels...).Add(math.Min(hits, float64(used-near)))
+	}
+}
