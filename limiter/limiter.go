@@ -390,7 +390,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		return err
 	}
 	if len(items) == 0 {
-		l.observe(c, nil, res, req, start, timed)
+		l.observe(ctx, c, nil, res, req, start, timed)
 		return nil
 	}
 	which, user := sc.which, sc.user
@@ -434,6 +434,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	}
 	if r.Allowed && r.Wait > 0 {
 		l.observeWait(c, items, which, r.Wait)
+		traceWait(ctx, r.Wait, req.Reserve)
 		// Booked: the request's place in line comes after r.Wait.
 		if req.Reserve {
 			res.Wait = r.Wait
@@ -457,7 +458,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			res.Receipt.settled = new(atomic.Bool)
 		}
 	}
-	l.observe(c, which, res, req, start, timed)
+	l.observe(ctx, c, which, res, req, start, timed)
 	return nil
 }
 

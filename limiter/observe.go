@@ -3,6 +3,7 @@
 package limiter
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -69,7 +70,7 @@ func (l *Limiter) shownKeys(c *compiled, err error, items []store.Item, which, u
 	return err
 }
 
-func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, start time.Time, timed bool) {
+func (l *Limiter) observe(ctx context.Context, c *compiled, which []int, res *Result, req Request, start time.Time, timed bool) {
 	if timed {
 		l.m.latency.Observe(time.Since(start).Seconds())
 	}
@@ -100,7 +101,7 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 			c.near[which[j]].Inc()
 		}
 		if !st.Allowed && l.log != nil {
-			l.logRefusal(c, which[j], st, req)
+			l.logRefusal(ctx, c, which[j], st, req)
 		}
 		if l.keys != nil {
 			key := st.Key
@@ -124,8 +125,9 @@ func (l *Limiter) observe(c *compiled, which []int, res *Result, req Request, st
 // refill_per_second, token_cost, tokens_remaining), a window's its limit
 // and length, an in-flight cap's max_in_flight and in_flight, a quota's
 // quota_limit, period and timezone. Durations are
-// milliseconds; the key shows redacted descriptors as a hash.
-func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
+// milliseconds; the key shows redacted descriptors as a hash. A check
+// traced (a span in ctx) adds trace_id and span_id.
+func (l *Limiter) logRefusal(ctx context.Context, c *compiled, i int, st *LimitStatus, req Request) {
 	lim := c.p.Limits[i]
 	key := st.Key
 	if len(c.p.Redact) > 0 {
@@ -148,7 +150,7 @@ func (l *Limiter) logRefusal(c *compiled, i int, st *LimitStatus, req Request) {
 			attrs = append(attrs, slog.Bool("denied", true))
 		}
 	}
-	l.logf(slog.LevelInfo, msg, attrs...)
+	l.logf(slog.LevelInfo, msg, traceIDs(ctx, attrs)...)
 }
 
 // logf writes a record within the log budget.

@@ -89,7 +89,9 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		fail(w, answer.BadRequest, "%v", err)
 		return
 	}
-	res, err := s.cfg.Limiter.Check(r.Context(), limiter.Request{Descriptors: desc})
+	lr := limiter.Request{Descriptors: desc}
+	res, err := s.cfg.Limiter.Check(r.Context(), lr)
+	s.traceDecision(r.Context(), lr, res, err)
 	if err != nil {
 		answer.Classify(err).Write(w)
 		return

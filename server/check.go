@@ -197,6 +197,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 		defer s.waiting.Add(-1)
 	}
 	res, err := s.cfg.Limiter.Check(r.Context(), lr)
+	s.traceDecision(r.Context(), lr, res, err)
 	if err != nil {
 		p := answer.Classify(err)
 		if p.Status == http.StatusServiceUnavailable && p.Code != answer.StoreFull {
