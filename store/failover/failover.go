@@ -425,6 +425,29 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	return s.callPrimary(ctx, func(ctx context.Context) error { return s.cfg.Primary.Adjust(ctx, adj) })
 }
 
+// AdjustRelease implements store.AdjustReleaser: Adjust's adjustments and
+// Release's release as those two would make them (on the primary, or
+// while degraded on the local store; a slot taken on the primary is not
+// released while degraded), in one call bounded by the timeout when both
+// go to the primary (store.AdjustRelease).
+func (s *Store) AdjustRelease(ctx context.Context, adj []store.Adjustment, slots store.Slots) error {
+	if id, ok := strings.CutPrefix(slots.ID, localPrefix); ok {
+		var aerr error
+		if len(adj) > 0 {
+			aerr = s.Adjust(ctx, adj)
+		}
+		return errors.Join(aerr, s.local.Release(ctx, store.Slots{ID: id, Keys: slots.Keys}))
+	}
+	if s.degraded.Load() {
+		var rerr error
+		if slots.ID != "" {
+			rerr = s.unavailable() // (as Release: its slots expire by their TTL)
+		}
+		return errors.Join(s.adjustLocal(ctx, adj), rerr)
+	}
+	return s.callPrimary(ctx, func(ctx context.Context) error { return store.AdjustRelease(ctx, s.cfg.Primary, adj, slots) })
+}
+
 func (s *Store) adjustLocal(ctx context.Context, adj []store.Adjustment) error {
 	local := make([]store.Adjustment, 0, len(adj))
 	for _, a := range adj {

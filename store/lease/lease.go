@@ -491,6 +491,24 @@ func (s *Store) fetch(ctx context.Context, need []store.Item, needAt []int, defi
 // expire, within the lease TTL; a fetch under way when the pause arrives
 // may still bring tokens taken before it.)
 func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
+	s.dropPausedLeases(adj)
+	s.trips.Add(1)
+	return s.inner.Adjust(ctx, adj)
+}
+
+// AdjustRelease implements store.AdjustReleaser on the shared store:
+// Adjust's adjustments (dropping the leases of a paused or lowered key as
+// Adjust does) and the release of slots, in one call when the shared
+// store is an AdjustReleaser (store.AdjustRelease).
+func (s *Store) AdjustRelease(ctx context.Context, adj []store.Adjustment, slots store.Slots) error {
+	s.dropPausedLeases(adj)
+	s.trips.Add(1)
+	return store.AdjustRelease(ctx, s.inner, adj, slots)
+}
+
+// dropPausedLeases drops the tokens leased locally for the keys that adj
+// pauses or lowers.
+func (s *Store) dropPausedLeases(adj []store.Adjustment) {
 	for _, a := range adj {
 		if op := a.Op(); op != 'p' && op != 'l' {
 			continue
@@ -503,8 +521,6 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		}
 		sh.mu.Unlock()
 	}
-	s.trips.Add(1)
-	return s.inner.Adjust(ctx, adj)
 }
 
 // Release implements store.Store (on the shared store).

@@ -4,7 +4,11 @@
 -- for delta ns, 'l' lowers one to at most delta tokens), delta (hex), refund-before
 -- (hex), the kind's 7 parameter fields (as take's), and the marker of the
 -- key's usual spec when the spec is an override of it ('' when it is its
--- usual spec: see respec). Returns 1, or 0 when OOM refused it.
+-- usual spec: see respec). A key whose sign is 'r' is an in-flight set
+-- whose slot (the id in the delta field; the other fields empty) is
+-- released (ZREM), so that a settle and its call's release are one call.
+-- A ceiling ('l') that lowers nothing writes nothing. Returns 1, or 0 when
+-- OOM refused it.
 local now = now_ns(ARGV[1])
 local expire = ARGV[2] == '1'
 BLK, NOWHEX, MRK, G1k = nil, tohex(now), nil, nil
@@ -13,11 +17,15 @@ if OOM then
   -- an adjustment that would create a key (all but a return, which never
   -- does) refuses the call, 0, before anything is written.
   for i = 1, #KEYS do
-    if ARGV[3 + (i - 1) * 12 + 1] ~= '-' and redis.call('EXISTS', KEYS[i]) == 0 then return 0 end
+    local sign = ARGV[3 + (i - 1) * 12 + 1]
+    if sign ~= '-' and sign ~= 'r' and redis.call('EXISTS', KEYS[i]) == 0 then return 0 end
   end
 end
 for i = 1, #KEYS do
   local a = 3 + (i - 1) * 12
+  if ARGV[a + 1] == 'r' then
+    redis.call('ZREM', KEYS[i], ARGV[a + 2]) -- a slot released (Release's own command)
+  else
   local kind, sign, delta, before, key = ARGV[a], ARGV[a + 1], hex(ARGV[a + 2]), hex(ARGV[a + 3]), KEYS[i]
   local late = sign == '-' and cmp(now, before) >= 0
   if not late and (kind == 'b' or kind == 's' or kind == 'f' or KIND[kind]) then
@@ -38,6 +46,7 @@ for i = 1, #KEYS do
     local st = load(key, 'b', 3)
     if st or sign ~= '-' then -- a charge (or a pause) counts against a new state too
       local tat, origin, phase = bstate(P, st, now)
+      local lowered = false
       local eneg, e = elapsed(now, origin)
       if sign == 'p' then
         -- bucket.Params.Pause: empty exactly delta from now, unless the
@@ -56,7 +65,7 @@ for i = 1, #KEYS do
         local want = mul(delta, P.U)
         if cmp(want, P.C) < 0 and cmp(top, want) > 0 then
           local target = sub(top, want)
-          if cmp(target, tat) > 0 then tat = target end
+          if cmp(target, tat) > 0 then tat, lowered = target, true end
         end
       elseif sign == '-' then
         local back = mul(delta, P.U)
@@ -75,8 +84,10 @@ for i = 1, #KEYS do
           if cmp(delta, room) >= 0 then tat = limit else tat = add(base, mul(delta, P.U)) end
         end
       end
-      local _, _, _, _, reset = bstep(P, tat, eneg, e, phase, ZERO)
-      if #reset == 0 then drop(key, expire) else save(key, 'b', {tat, origin, phase}, reset, expire) end
+      if sign ~= 'l' or lowered then -- (a ceiling that lowers nothing leaves the state, and a new key, alone)
+        local _, _, _, _, reset = bstep(P, tat, eneg, e, phase, ZERO)
+        if #reset == 0 then drop(key, expire) else save(key, 'b', {tat, origin, phase}, reset, expire) end
+      end
     end
   elseif kind == 's' or kind == 'f' then
     local N, W = hex(ARGV[a + 4]), hex(ARGV[a + 5])
@@ -116,6 +127,7 @@ for i = 1, #KEYS do
     end
   elseif KIND[kind] then
     KIND[kind].adjust(a + 4, key, sign, delta, tohex(now), expire)
+  end
   end
   G1k = nil
 end

@@ -297,22 +297,35 @@ func (s *Store) ScriptStats() ScriptStats {
 
 // Adjust implements store.Store: one script per hash slot.
 func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
+	return s.adjustRelease(ctx, adj, store.Slots{})
+}
+
+// AdjustRelease implements store.AdjustReleaser: the adjustments and the
+// release of the slots in one script call per hash slot (one on a single
+// Redis, or when every key shares a hash tag, as a shared gate's do),
+// bounded by the store's timeout; with no adjustment to apply, Release.
+func (s *Store) AdjustRelease(ctx context.Context, adj []store.Adjustment, slots store.Slots) error {
+	return s.adjustRelease(ctx, adj, slots)
+}
+
+func (s *Store) adjustRelease(ctx context.Context, adj []store.Adjustment, slots store.Slots) error {
 	select {
 	case <-s.closed:
 		return store.ErrClosed
 	default:
+	}
+	release := slots.ID != "" && len(slots.Keys) > 0
+	if release {
+		if err := s.ownKeys("release", slots.Keys); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	bySlot := map[uint16]*rueidis.LuaExec{}
 	var order []uint16
 	now := s.now()
-	for _, a := range adj {
-		op := a.Op()
-		if op == 0 {
-			continue
-		}
-		key := s.Key(a.Spec.Kind, a.Key)
+	exec := func(key string) *rueidis.LuaExec {
 		sl := uint16(0)
 		if s.cluster {
 			sl = HashSlot(key)
@@ -323,6 +336,15 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 			bySlot[sl] = e
 			order = append(order, sl)
 		}
+		return e
+	}
+	for _, a := range adj {
+		op := a.Op()
+		if op == 0 {
+			continue
+		}
+		key := s.Key(a.Spec.Kind, a.Key)
+		e := exec(key)
 		sign, d := string(op), a.Delta
 		switch op {
 		case 'p':
@@ -338,7 +360,19 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		e.Args = append(e.Args, s.baseMark(a.Spec, a.Base))
 	}
 	if len(order) == 0 {
+		if release {
+			return s.release(ctx, slots)
+		}
 		return nil
+	}
+	if release {
+		// Each slot's set: released in its hash slot's call (the 12 fields
+		// of an adjustment: kind, 'r', the slot id, nine empty).
+		for _, k := range slots.Keys {
+			e := exec(k)
+			e.Keys = append(e.Keys, k)
+			e.Args = append(e.Args, string(kindLetter(store.Concurrency)), "r", slots.ID, "", "", "", "", "", "", "", "", "")
+		}
 	}
 	execs := make([]rueidis.LuaExec, len(order))
 	for i, sl := range order {
@@ -355,6 +389,16 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	return nil
 }
 
+// ownKeys checks that keys are this store's (under its prefix).
+func (s *Store) ownKeys(op string, keys []string) error {
+	for _, k := range keys {
+		if !strings.HasPrefix(k, s.cfg.prefix) {
+			return fmt.Errorf("redisstore: %s: key %q is not one of this store's", op, k)
+		}
+	}
+	return nil
+}
+
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, slots store.Slots) error {
 	select {
@@ -365,13 +409,18 @@ func (s *Store) Release(ctx context.Context, slots store.Slots) error {
 	if slots.ID == "" || len(slots.Keys) == 0 {
 		return nil
 	}
+	if err := s.ownKeys("release", slots.Keys); err != nil {
+		return err
+	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
+	return s.release(ctx, slots)
+}
+
+// release sends Release's ZREMs (the keys checked, ctx bounded).
+func (s *Store) release(ctx context.Context, slots store.Slots) error {
 	cmds := make(rueidis.Commands, 0, len(slots.Keys))
 	for _, k := range slots.Keys {
-		if !strings.HasPrefix(k, s.cfg.prefix) {
-			return fmt.Errorf("redisstore: release: key %q is not one of this store's", k)
-		}
 		cmds = append(cmds, s.c.B().Zrem().Key(k).Member(slots.ID).Build())
 	}
 	for _, r := range s.c.DoMulti(ctx, cmds...) {

@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore Factory, opts ...Option) {
 		{"Pause", testPause},
 		{"Lower", testLower},
 		{"ChargesSaturate", testChargesSaturate},
+		{"AdjustRelease", testAdjustRelease},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := skip[c.name]; ok {
