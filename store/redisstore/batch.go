@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/tracing"
 )
 
 // call is one request in a batch.
@@ -21,6 +22,7 @@ type call struct {
 	queued bool          // decided by another caller's batch: signal done
 	done   chan struct{} // buffered: one signal per use, so calls are reused
 	self   [1]*call      // a batch of just this call, without allocating
+	span   tracing.Span  // the caller's span (tracing.FromContext), told the batch size
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -43,6 +45,7 @@ const (
 // submit runs c at once (returning true) when a slot is free, else queues
 // it (false; c.done closes when it is decided).
 func (s *Store) submit(ctx context.Context, c *call) bool {
+	c.span = tracing.FromContext(ctx)
 	s.mu.Lock()
 	if s.inflight < maxInFlight {
 		s.inflight++
@@ -64,6 +67,7 @@ func (s *Store) unqueue(c *call) bool {
 	defer s.mu.Unlock()
 	for i, q := range s.queue {
 		if q == c {
+			c.span = nil
 			s.queue = append(s.queue[:i], s.queue[i+1:]...)
 			return true
 		}
@@ -174,6 +178,7 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		if err != nil {
 			c.err = err
 		}
+		traceBatch(c, len(batch), n)
 		if c.queued {
 			c.done <- struct{}{}
 		}
