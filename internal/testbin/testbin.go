@@ -1,6 +1,6 @@
 // Package testbin finds the programs other than Go that sluice's tests run
 // (redis-server, redis-cli, nginx, Chromium, Caddy, Traefik, python3,
-// node), under one rule written here:
+// node, podman), under one rule written here:
 //
 //   - a program is the file its environment variable names when it has one
 //     and that variable is set (SLUICE_CADDY, SLUICE_TRAEFIK), else the
@@ -40,6 +40,7 @@ var (
 	Traefik     = Program{Names: []string{"traefik"}, Env: "SLUICE_TRAEFIK", Install: "set SLUICE_TRAEFIK=$(tools/traefik/build.sh)"}
 	Python3     = Program{Names: []string{"python3"}, Install: "apt-get install python3"}
 	Node        = Program{Names: []string{"node"}, Install: "apt-get install nodejs"}
+	Podman      = Program{Names: []string{"podman"}, Install: "apt-get install --no-install-recommends podman runc"}
 )
 
 // Name is the program's first name.
