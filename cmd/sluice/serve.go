@@ -69,6 +69,7 @@ type serveCmd struct {
 	LogLevel           string        `default:"info" enum:"debug,info,warn,error" help:"Least severe log records written: debug, info, warn or error."`
 	LogFormat          string        `default:"json" enum:"json,text" help:"Log records on stderr: json (one object a line) or text (key=value)."`
 	overrideFlags      `embed:""`
+	otelFlags          `embed:""`
 }
 
 // drainTimeout bounds the shutdown: in-flight requests and RPCs have this
@@ -197,10 +198,15 @@ func (c serveCmd) Run(e *env) error {
 		return err
 	}
 	reg := s.registry()
+	if err := s.startOTel(reg); err != nil {
+		return err
+	}
+	defer s.stopOTel() // (after the servers have drained: their last spans are flushed)
 	st, shared, err := c.openStore(log, reg)
 	if err != nil {
 		return usageError{err} // exit 2: the store's settings cannot work
 	}
+	st = s.traceStore(st, shared.failover, c.OnStoreError)
 	// Until the servers run, a failure only has the store to close.
 	started := false
 	defer func() {
@@ -300,7 +306,7 @@ func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *qu
 		} else {
 			impl = envoyrls.NewPolicyService(s.lim)
 		}
-		run.gs = newGRPC(impl)
+		run.gs = newGRPC(impl, s.grpcOptions()...)
 		grpcAddr = gln.Addr().String()
 		go func() { run.errc <- run.gs.Serve(gln) }()
 	}
@@ -323,6 +329,7 @@ type service struct {
 	lastReload            atomic.Pointer[reloadInfo]
 	reg                   *prometheus.Registry // /metrics's
 	ov                    overrideState        // policy mode's overrides
+	otel                  *otelState           // --otel's; nil without
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -407,6 +414,7 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
 		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, ReceiptWindow: c.ReceiptWindow, MaxReceipts: c.MaxReceipts,
 		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore, Keys: keys,
+		Tracer: s.tracer(),
 	}
 	if shared.ready != nil {
 		cfg.StoreMode = c.OnStoreError

@@ -313,12 +313,12 @@ func (c *heardConn) Close() error {
 
 // newGRPC is the gRPC server of Envoy's RateLimitService (from the policy
 // or Envoy's configuration), with the gRPC health service and reflection.
-func newGRPC(svc rls.RateLimitServiceServer) *grpc.Server {
+func newGRPC(svc rls.RateLimitServiceServer, opts ...grpc.ServerOption) *grpc.Server {
 	// grpc-go's default, a goroutine per stream: fixed stream workers (2, 8
 	// or 64 of them) measured no faster at 1, 16 or 64 clients
 	// (BENCHMARKS.md, "gRPC stream workers"), and when they are all busy
 	// grpc-go starts a goroutine per stream anyway.
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 10))
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(256 << 10)}, opts...)...)
 	rls.RegisterRateLimitServiceServer(gs, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -3,8 +3,9 @@
 // node, podman), under one rule written here:
 //
 //   - a program is the file its environment variable names when it has one
-//     and that variable is set (SLUICE_CADDY, SLUICE_TRAEFIK), else the
-//     first of its names found on PATH (nothing else is searched);
+//     and that variable is set (SLUICE_CADDY, SLUICE_TRAEFIK,
+//     SLUICE_OTELCOL), else the first of its names found on PATH (nothing
+//     else is searched);
 //   - in -short mode (the fast loop) a test that needs one is skipped,
 //     whether the program is there or not, saying how to run it: the fast
 //     loop runs the same tests on every machine, Go's alone;
@@ -38,6 +39,7 @@ var (
 	Chromium    = Program{Names: []string{"chromium", "chromium-browser", "google-chrome"}, Install: "apt-get install chromium"}
 	Caddy       = Program{Names: []string{"caddy"}, Env: "SLUICE_CADDY", Install: "set SLUICE_CADDY=$(tools/caddy/build.sh)"}
 	Traefik     = Program{Names: []string{"traefik"}, Env: "SLUICE_TRAEFIK", Install: "set SLUICE_TRAEFIK=$(tools/traefik/build.sh)"}
+	Otelcol     = Program{Names: []string{"otelcol-sluice"}, Env: "SLUICE_OTELCOL", Install: "set SLUICE_OTELCOL=$(tools/otelcol/build.sh)"}
 	Python3     = Program{Names: []string{"python3"}, Install: "apt-get install python3"}
 	Node        = Program{Names: []string{"node"}, Install: "apt-get install nodejs"}
 	Podman      = Program{Names: []string{"podman"}, Install: "apt-get install --no-install-recommends podman runc"}
