@@ -63,6 +63,7 @@ type serveCmd struct {
 	StoreTimeout       time.Duration `default:"250ms" help:"Bound on every Redis call (positive); a slow Redis never holds a request longer."`
 	LeaseTokens        bool          `help:"Lease batches of tokens per hot key from Redis and spend them locally (far fewer round trips; never over-admits; unspent tokens return after --lease-ttl)."`
 	LeaseTTL           time.Duration `name:"lease-ttl" default:"1s" help:"How long leased tokens may be spent locally before the rest returns to Redis (positive)."`
+	RefusalCache       int           `name:"refusal-cache" default:"100000" help:"Most refusals from Redis kept in process and answered again without a Redis call until their retry_after (never admits more; 0: off). No effect with --store memory."`
 	OnStoreError       string        `default:"fail_open" enum:"fail_open,fail_closed,local" help:"When Redis cannot be reached: fail_open admits, fail_closed refuses (503), local enforces each limit in process with its budget divided by --instances. A limit's on_store_error overrides it."`
 	Instances          int           `default:"1" help:"Instances sharing the budget, at least 1 (divides budgets under --on-store-error local)."`
 	ReadyRequiresStore bool          `help:"/readyz answers 503 whenever Redis cannot be reached (without it, 200 \"degraded\" unless a limit in force fails closed)."`
@@ -112,6 +113,7 @@ func (c serveCmd) Validate() error {
 		{c.StorePoolSize < 0, "--store-pool-size", c.StorePoolSize, "must be 0 (rueidis' default) or more"},
 		{c.StoreTimeout <= 0, "--store-timeout", c.StoreTimeout, "must be positive"},
 		{c.LeaseTTL <= 0, "--lease-ttl", c.LeaseTTL, "must be positive"},
+		{c.RefusalCache < 0, "--refusal-cache", c.RefusalCache, "must be 0 (off) or more"},
 		{c.Instances < 1, "--instances", c.Instances, "must be at least 1"},
 	} {
 		if x.bad {
@@ -523,8 +525,12 @@ func (c serveCmd) openStore(log *slog.Logger, reg prometheus.Registerer) (store.
 		}
 	}
 	var primary store.Store = rs
+	if primary, err = c.refusalCache(rs, reg); err != nil { // (under leasing and failover: serve_store.go)
+		rs.Close()
+		return nil, sharedStore{}, err
+	}
 	if c.LeaseTokens {
-		primary = lease.New(rs, lease.WithTTL(c.LeaseTTL))
+		primary = lease.New(primary, lease.WithTTL(c.LeaseTTL))
 	}
 	fo, err := failover.New(failover.Config{Primary: primary, Mode: c.OnStoreError, Instances: c.Instances,
 		Timeout: c.StoreTimeout, MaxKeys: c.MaxKeys, Logger: log, Registerer: reg})
