@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,7 +105,12 @@ func WithTokenUsage(f func(*http.Response) (int64, bool)) TransportOption {
 // the gate: a budget the provider counts lower than the gate ("requests",
 // or a gate Dimension of the same name: "tokens", "input_tokens", ...) is
 // lowered to the provider's figure, never raised; one with nothing left and
-// a reset is paused until the reset (gate.PauseDimension).
+// a reset is paused until the reset (gate.PauseDimension). With a token
+// estimate and a shared gate (gate.Config.Store), an answer whose usage
+// WithTokenUsage reads has its settle, its ceilings and the release of its
+// ticket sent together when its body ends (gate.Ticket.Finish: one store
+// call, so that a call costs the store two: its booking and that); a
+// stream's ceilings are applied at once.
 func NewTransport(base http.RoundTripper, g *gate.Gate, opts ...TransportOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -126,26 +130,26 @@ func NewTransport(base http.RoundTripper, g *gate.Gate, opts ...TransportOption)
 // "requests" (the gate's Limit) and the gate's Dimensions by name; others
 // are ignored. Retry hints are left to the 429/503 handling.
 func (t *transport) follow(h http.Header) {
+	if cs := t.ceilings(h); len(cs) > 0 {
+		t.g.LowerAll(cs) // (one store call for a shared gate)
+	}
+}
+
+// ceilings applies the pauses of a response's provider limits (a budget
+// with nothing left and a reset, capped like hints) and returns its
+// ceilings, for follow or, with a ticket's settle and release, Finish.
+func (t *transport) ceilings(h http.Header) []gate.Ceiling {
 	var cs []gate.Ceiling
-	var pauses []ProviderLimit
 	for _, l := range ParseProviderLimits(h) {
 		if l.Dimension == "" || l.Remaining < 0 {
 			continue
 		}
 		cs = append(cs, gate.Ceiling{Dimension: l.Dimension, Remaining: l.Remaining})
 		if l.Remaining == 0 && l.Reset > 0 {
-			pauses = append(pauses, l)
+			t.g.PauseDimension(l.Dimension, min(l.Reset, t.maxHint)) // (false, nothing done, for a budget the gate lacks)
 		}
 	}
-	if len(cs) == 0 {
-		return
-	}
-	unknown := t.g.LowerAll(cs) // (one store call for a shared gate)
-	for _, l := range pauses {
-		if !slices.Contains(unknown, l.Dimension) {
-			t.g.PauseDimension(l.Dimension, min(l.Reset, t.maxHint))
-		}
-	}
+	return cs
 }
 
 // attemptRequest is the request to send for attempt n: req itself first,
@@ -187,16 +191,21 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // send makes attempt n of req through base and applies the answer's
 // provider headers to the gate.
 func (t *transport) send(req *http.Request, n int) (*http.Response, error) {
-	r, err := attemptRequest(req.Context(), req, n)
-	if err != nil {
-		return nil, err
-	}
-	res, err := t.base.RoundTrip(r)
+	res, err := t.sendOnly(req, n)
 	if err != nil {
 		return nil, err
 	}
 	t.follow(res.Header)
 	return res, nil
+}
+
+// sendOnly makes attempt n of req through base.
+func (t *transport) sendOnly(req *http.Request, n int) (*http.Response, error) {
+	r, err := attemptRequest(req.Context(), req, n)
+	if err != nil {
+		return nil, err
+	}
+	return t.base.RoundTrip(r)
 }
 
 // refused reports whether an answer is a 429 or 503 (a retry hint's
@@ -321,6 +330,13 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+		// For a shared gate the settle, the provider's ceilings and the
+		// release go to the gate together (tk.Finish: one store call),
+		// once the answer's body ends; an answer whose usage is not known
+		// then (a stream) has its ceilings applied at once. A gate in
+		// process settles and lowers at once.
+		cs := t.ceilings(res.Header)
+		settle := map[string]int64{"tokens": 0} // refused: no tokens used
 		if refused(res) {
 			hint, hinted := RetryHint(res.Header, time.Now(), t.maxHint)
 			if hinted {
@@ -328,8 +344,7 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 			}
 			if canRetry && attempt < attempts {
 				drop(res)
-				tk.SettleCharge("tokens", 0) // refused: no tokens used
-				tk.Release()
+				finish(tk, settle, cs)
 				last = &StatusError{StatusCode: res.StatusCode, Status: res.Status}
 				// the gate's retry policy: counted, jittered, no sooner than a hint
 				if err := t.g.BeforeRetry(req.Context(), attempt+1, last); err != nil {
@@ -337,29 +352,53 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 				}
 				continue
 			}
-			tk.SettleCharge("tokens", 0)
-		} else if t.usage != nil {
-			if used, ok := t.usage(res); ok {
-				tk.SettleCharge("tokens", max(used, 0))
+		} else if used, ok := t.usedTokens(res); ok {
+			settle["tokens"] = max(used, 0)
+		} else {
+			settle = nil
+		}
+		if shared := t.g.Config().Store != nil; !shared || settle == nil {
+			if len(cs) > 0 {
+				t.g.LowerAll(cs)
+				cs = nil
+			}
+			if settle != nil {
+				tk.SettleCharge("tokens", settle["tokens"])
+				settle = nil
 			}
 		}
-		holdUntilEnd(req.Context(), res, tk.Release)
+		holdUntilEnd(req.Context(), res, func() { finish(tk, settle, cs) })
 		return res, nil
 	}
 }
 
-// sendHolding is send for a reserved attempt: when no answer comes (an
+// finish ends a ticket (gate.Ticket.Finish), releasing it even when a
+// settle is refused.
+func finish(tk *gate.Ticket, settle map[string]int64, cs []gate.Ceiling) {
+	if tk.Finish(settle, cs) != nil {
+		tk.Release() // (a no-op when Finish released it)
+	}
+}
+
+// usedTokens is WithTokenUsage's count of an answer, false without one.
+func (t *transport) usedTokens(res *http.Response) (int64, bool) {
+	if t.usage == nil {
+		return 0, false
+	}
+	return t.usage(res)
+}
+
+// sendHolding is sendOnly for a reserved attempt: when no answer comes (an
 // error, or a panic of base) the ticket is settled at 0 tokens (nothing
 // reached the provider, as far as is known) and released.
 func (t *transport) sendHolding(req *http.Request, n int, tk *gate.Ticket) (res *http.Response, err error) {
 	answered := false
 	defer func() {
 		if !answered {
-			tk.SettleCharge("tokens", 0)
-			tk.Release()
+			finish(tk, map[string]int64{"tokens": 0}, nil)
 		}
 	}()
-	res, err = t.send(req, n)
+	res, err = t.sendOnly(req, n)
 	answered = err == nil
 	return res, err
 }

@@ -107,6 +107,9 @@ type Row struct {
 	// RedisCalls counts the calls Redis received for the row's decisions,
 	// settlements and releases (FCALL, EVALSHA, EVAL, ZREM).
 	RedisCalls int64
+	// Calls are the gates' store calls by operation (a Take may share
+	// one Redis call with others'), summed over the workers.
+	Calls Calls
 }
 
 // Share is the tokens admitted over the provider's allowance.
@@ -156,6 +159,8 @@ func runRow(cfg Config, exe, redisAddr, name, prefix string) (Row, error) {
 	defer srv.Close()
 	var wg sync.WaitGroup
 	var refused atomic.Int64
+	var mu sync.Mutex
+	var calls Calls
 	errs := make(chan error, cfg.Workers)
 	for w := range cfg.Workers {
 		args := []string{"-provider", "http://" + ln.Addr().String(), "-redis", redisAddr, "-prefix", prefix,
@@ -182,6 +187,9 @@ func runRow(cfg Config, exe, redisAddr, name, prefix string) (Row, error) {
 				return
 			}
 			refused.Add(rep.Refused)
+			mu.Lock()
+			calls.add(rep.Calls)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -190,15 +198,19 @@ func runRow(cfg Config, exe, redisAddr, name, prefix string) (Row, error) {
 		return Row{}, err
 	}
 	r := p.row()
-	r.Name, r.Refused = name, refused.Load()
-	calls, err := redistest.CommandCalls(redisAddr)
+	r.Name, r.Refused, r.Calls = name, refused.Load(), calls
+	cmds, err := redistest.CommandCalls(redisAddr)
 	if err != nil {
 		return Row{}, err
 	}
-	// Client calls: the decision scripts (Take, Adjust: one call may carry
-	// a batch) and slot releases; commands run inside scripts, which
-	// commandstats counts too, are left out.
-	r.RedisCalls = calls["fcall"] + calls["evalsha"] + calls["eval"] + calls["zrem"]
+	// Client calls: the decision scripts (Take, Adjust, AdjustRelease: one
+	// call may carry a batch) and slot releases (ZREM); commands run
+	// inside scripts, which commandstats counts too, are left out: the
+	// ZREMs of the adjust script's releases, which the gates counted.
+	r.RedisCalls = cmds["fcall"] + cmds["evalsha"] + cmds["eval"] + cmds["zrem"] - calls.ScriptReleases
+	if os.Getenv("LLMPROOF_DEBUG") != "" {
+		fmt.Fprintf(os.Stderr, "row %s: commandstats %v\n", name, cmds)
+	}
 	return r, nil
 }
 
@@ -219,6 +231,13 @@ func Table(cfg Config, rows []Row) string {
 			perOK = fmt.Sprintf("%.2f", float64(r.RedisCalls)/float64(r.OK))
 		}
 		fmt.Fprintf(&b, "%-42s %8d %8d %12d %12.0f %8.1f%% %8d %14s\n", label[r.Name], r.OK, r.Limit, r.Tokens, r.Allowed, r.Share()*100, r.Refused, perOK)
+	}
+	for _, r := range rows {
+		if c := r.Calls; r.OK > 0 && c != (Calls{}) {
+			per := func(n int64) float64 { return float64(n) / float64(r.OK) }
+			fmt.Fprintf(&b, "  %s: gate store calls per 200: Take %.2f (refused %.2f), AdjustRelease %.2f, Adjust %.2f, Release %.2f, Renew %.2f\n",
+				r.Name, per(c.Take), per(c.TakeRefused), per(c.AdjustRelease), per(c.Adjust), per(c.Release), per(c.Renew))
+		}
 	}
 	return b.String()
 }
@@ -316,6 +335,7 @@ func (p *provider) row() Row {
 type report struct {
 	Sent    int64 `json:"sent"`
 	Refused int64 `json:"refused"`
+	Calls   Calls `json:"calls"` // the gate's store calls (shared row)
 }
 
 // workerMain is one worker: -concurrency callers through one gate (shared
@@ -349,13 +369,15 @@ func workerMain(args []string, out io.Writer) error {
 		MaxQueue:   *conc,
 		MaxWait:    10 * time.Second,
 	}
+	var cs *counted
 	if *shared {
 		st, err := redisstore.Open("redis://"+*redisAddr, redisstore.WithPrefix(*prefix))
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		cfg.Store, cfg.MaxInFlight = st, *inFlight
+		cs = &counted{Store: st}
+		cfg.Store, cfg.MaxInFlight = cs, *inFlight
 	}
 	g, err := gate.New(cfg)
 	if err != nil {
@@ -402,5 +424,9 @@ func workerMain(args []string, out io.Writer) error {
 		})
 	}
 	wg.Wait()
-	return json.NewEncoder(out).Encode(report{Sent: sent.Load(), Refused: refused.Load()})
+	rep := report{Sent: sent.Load(), Refused: refused.Load()}
+	if cs != nil {
+		rep.Calls = cs.calls()
+	}
+	return json.NewEncoder(out).Encode(rep)
 }

@@ -31,6 +31,9 @@ func TestProof(t *testing.T) {
 	if shared.Limit != 0 || shared.Share() < 0.90 {
 		t.Errorf("rule: one gate shared through Redis at 95%% of the provider's limits gets no 429 and >= 90%% of the allowance: %+v (%.1f%%)", shared, shared.Share()*100)
 	}
+	if per := float64(shared.RedisCalls) / float64(max(shared.OK, 1)); per > 2 {
+		t.Errorf("rule: a shared gate call with a token estimate and a provider's headers costs Redis at most 2 calls (booking; settle, ceilings and release in one): %.2f per 200 (%+v)", per, shared.Calls)
+	}
 	if full.Limit == 0 {
 		t.Errorf("a gate per worker at the full limits overruns the provider (429s): %+v", full)
 	}
