@@ -7,6 +7,7 @@
 //	sluice bench --target U    load a running service on loopback; decisions/s and latency
 //	sluice overrides set|get|list|delete|resolve --url U NAME KEY=VALUE...
 //	                           a running service's overrides (/v1/overrides)
+//	sluice healthcheck --url U GET U/healthz (--ready: /readyz); exit 0 healthy, 1 not
 //	sluice version             the module version and VCS revision (also sluice --version)
 //
 // Every flag can also be set by an environment variable: serve's as
@@ -45,6 +46,9 @@ type cli struct {
 	Top       topCmd       `cmd:"" envprefix:"SLUICE_TOP_" help:"Show the heaviest keys of a running service per limit (refused, or admitted cost), refreshing like top."`
 	Overrides overridesCmd `cmd:"" envprefix:"SLUICE_OVERRIDES_" help:"Set, show, list, delete and resolve a running service's overrides (per-descriptor changes of a limit, deny, unlimited)."`
 	Version   versionCmd   `cmd:"" help:"Print the module version and VCS revision."`
+
+	// For containers: a HEALTHCHECK without a shell.
+	Healthcheck healthcheckCmd `cmd:"" envprefix:"SLUICE_HEALTHCHECK_" help:"GET a running service's /healthz (--ready: /readyz); exit 0 when it answers 200, else 1 (a container HEALTHCHECK without a shell)."`
 }
 
 type env struct {
