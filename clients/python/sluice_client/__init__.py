@@ -10,13 +10,13 @@ process, thread and task — standard library only.
         ...
 """
 
-from ._client import AsyncClient, AsyncReservation, Client, Decision, Limit, Reservation, Ticket
+from ._client import AsyncClient, AsyncReservation, Client, Decision, Limit, Reservation, Ticket, trace
 from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import MAX_PROVIDER_RESET, ProviderLimit, parse_provider_limits, retry_hint
 from ._overrides import EffectiveLimit, Override, OverridePage, Resolution
 
 __all__ = [
-    "Client", "AsyncClient", "Decision", "Limit", "Reservation", "AsyncReservation", "Ticket",
+    "Client", "AsyncClient", "Decision", "Limit", "Reservation", "AsyncReservation", "Ticket", "trace",
     "SluiceError", "RateLimited", "CostExceedsCapacity", "BadRequest", "NoLimitApplies", "Unauthorized", "ServiceUnavailable",
     "ProviderLimit", "parse_provider_limits", "retry_hint", "MAX_PROVIDER_RESET",
     "Override", "OverridePage", "Resolution", "EffectiveLimit",

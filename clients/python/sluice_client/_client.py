@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
 import json
+import re
 import socket
 import threading
 import time
@@ -19,7 +21,7 @@ from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimite
 from ._headers import Headers, parse_provider_limits, retry_hint
 from ._overrides import _AsyncOverrides, _Overrides
 
-__all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket"]
+__all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket", "trace"]
 
 Descriptors = Mapping[str, str]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,6 +33,37 @@ MAX_SECONDS = 86400.0
 # The descriptors of the acquire (or limited call) in progress in this
 # thread or task: report_response's default.
 _current: "contextvars.ContextVar[Optional[Dict[str, str]]]" = contextvars.ContextVar("sluice_descriptors", default=None)
+
+# The W3C trace context (traceparent, tracestate) calls of this thread or
+# task carry: trace()'s.
+_trace: "contextvars.ContextVar[Optional[Dict[str, str]]]" = contextvars.ContextVar("sluice_trace", default=None)
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$")
+_TRACE_FIELDS = ("traceparent", "tracestate")
+
+
+@contextlib.contextmanager
+def trace(traceparent: str, tracestate: Optional[str] = None) -> Any:
+    """Every call to the service made inside the block (in this thread or
+    asyncio task) sends this W3C trace context (the ``traceparent`` and
+    ``tracestate`` headers), so that a ``sluice serve --otel`` records its
+    span of the decision as a child of the caller's span::
+
+        with sluice_client.trace("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"):
+            client.check({"api_key": "k1"})
+
+    A ValueError for a traceparent that is not well-formed."""
+    if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent) or traceparent.startswith("ff"):
+        raise ValueError(f"traceparent must be W3C's 00-<32 hex>-<16 hex>-<2 hex>, not {traceparent!r}")
+    h = {"traceparent": traceparent}
+    if tracestate:
+        if any(c in tracestate for c in "\r\n"):
+            raise ValueError("tracestate spans several lines")
+        h["tracestate"] = tracestate
+    token = _trace.set(h)
+    try:
+        yield
+    finally:
+        _trace.reset(token)
 
 
 @dataclass(frozen=True)
@@ -191,9 +224,15 @@ class Client(_Overrides):
     ``timeout`` (seconds) bounds every call: a service that does not answer
     in time (or cannot be reached) raises ``ServiceUnavailable``; a check
     that waits (``max_wait``) may take that much longer. Safe for use by
-    several threads."""
+    several threads.
 
-    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0) -> None:
+    ``trace_headers``, when given, is called before each call for the trace
+    context to send, a mapping of which ``traceparent`` and ``tracestate``
+    are sent (any case; other keys are ignored), e.g. OpenTelemetry's
+    ``propagate.inject`` into a dict; ``trace()`` takes precedence."""
+
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0,
+                 trace_headers: Optional[Callable[[], Mapping[str, str]]] = None) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be http://host:port or https://..., not {url!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SECONDS:
@@ -205,6 +244,23 @@ class Client(_Overrides):
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = float(timeout)
+        self.trace_headers = trace_headers
+
+    def _trace_fields(self) -> Mapping[str, str]:
+        h = _trace.get()
+        if h is not None:
+            return h
+        if self.trace_headers is None:
+            return {}
+        got = self.trace_headers() or {}
+        out = {}
+        for k, v in got.items():
+            k = str(k).lower()
+            if k in _TRACE_FIELDS and isinstance(v, str) and v and not any(c in v for c in "\r\n"):
+                out[k] = v
+        if "traceparent" not in out or not _TRACEPARENT.match(out["traceparent"]):
+            return {}
+        return out
 
     # -- the wire ---------------------------------------------------------
 
@@ -218,6 +274,8 @@ class Client(_Overrides):
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
+        for k, v in self._trace_fields().items():
+            req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout + wait) as res:
                 status, raw = res.status, res.read().decode("utf-8", "replace")
@@ -446,12 +504,21 @@ class AsyncClient(_AsyncOverrides):
     call runs in a thread; the waits are asyncio sleeps, so a cancelled task
     cancels its booking)."""
 
-    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0) -> None:
-        self._c = Client(url, token, timeout)
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0,
+                 trace_headers: Optional[Callable[[], Mapping[str, str]]] = None) -> None:
+        self._c = Client(url, token, timeout, trace_headers)
         self.url, self.token, self.timeout = self._c.url, token, self._c.timeout
 
     async def _run(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args, **kw))
+        h = _trace.get()  # (the task's trace context, into the executor's thread)
+
+        def call() -> Any:
+            token = _trace.set(h)
+            try:
+                return fn(*args, **kw)
+            finally:
+                _trace.reset(token)
+        return await asyncio.get_running_loop().run_in_executor(None, call)
 
     async def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
                     max_wait: Optional[float] = None) -> Decision:
