@@ -5,6 +5,7 @@ package envoyrls
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,8 @@ type Service struct {
 	decisions *prometheus.CounterVec // nil: not counted
 	overrides overrides              // descriptors' own limits
 	ref       *refStats              // the reference's metrics; nil: not counted
+	set       chan struct{}          // closed by the first SetConfig
+	setOnce   sync.Once
 }
 
 // Register counts the service's decisions in reg as
@@ -51,16 +54,21 @@ func (s *Service) Register(reg prometheus.Registerer) error {
 
 // NewService serves cfg with state in st.
 func NewService(cfg *Config, st store.Store) *Service {
-	s := &Service{st: st}
+	s := &Service{st: st, set: make(chan struct{})}
 	s.cfg.Store(cfg)
 	return s
 }
+
+// Configured is closed once SetConfig has been called (a configuration
+// given after NewService's: a reload, an xDS snapshot).
+func (s *Service) Configured() <-chan struct{} { return s.set }
 
 // SetConfig replaces the configuration at once (hot reload); buckets of
 // unchanged descriptors keep their state only if their limits are equal.
 func (s *Service) SetConfig(cfg *Config) {
 	s.cfg.Store(cfg)
 	s.NoteConfigLoad(nil)
+	s.setOnce.Do(func() { close(s.set) })
 }
 
 // MaxDescriptors bounds one request's descriptors, MaxEntries each

@@ -47,6 +47,9 @@ type cli struct {
 	Overrides overridesCmd `cmd:"" envprefix:"SLUICE_OVERRIDES_" help:"Set, show, list, delete and resolve a running service's overrides (per-descriptor changes of a limit, deny, unlimited)."`
 	Version   versionCmd   `cmd:"" help:"Print the module version and VCS revision."`
 
+	// A drop-in for envoyproxy/ratelimit (and its /bin/ratelimit).
+	Ratelimit ratelimitCmd `cmd:"ratelimit" help:"Serve Envoy's RateLimitService configured as envoyproxy/ratelimit is, by its environment variables (REDIS_URL, RUNTIME_ROOT, CONFIG_TYPE...; docs/envoy.md)."`
+
 	// For containers: a HEALTHCHECK without a shell.
 	Healthcheck healthcheckCmd `cmd:"" envprefix:"SLUICE_HEALTHCHECK_" help:"GET a running service's /healthz (--ready: /readyz); exit 0 when it answers 200, else 1 (a container HEALTHCHECK without a shell)."`
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/limiter"
@@ -71,6 +72,8 @@ type serveCmd struct {
 	LogFormat          string        `default:"json" enum:"json,text" help:"Log records on stderr: json (one object a line) or text (key=value)."`
 	overrideFlags      `embed:""`
 	otelFlags          `embed:""`
+
+	rl *rlHooks // what `sluice ratelimit` adds (ratelimit.go); nil for serve
 }
 
 // drainTimeout bounds the shutdown: in-flight requests and RPCs have this
@@ -251,7 +254,18 @@ func (c serveCmd) Run(e *env) error {
 	defer signal.Stop(hup)
 
 	started = true
-	run, grpcAddr := s.start(st, srv.Handler(), ln, gln, tlsCfg)
+	h := srv.Handler()
+	if c.rl != nil {
+		h = c.rl.handler(s, h)
+	}
+	run, grpcAddr := s.start(st, h, ln, gln, tlsCfg)
+	if c.rl != nil {
+		if err := c.rl.start(s, run); err != nil {
+			run.stopAll()
+			return err
+		}
+		defer c.rl.stop()
+	}
 	s.startOverrideSync(srv)
 	authAddr := ""
 	if aln != nil {
@@ -304,11 +318,18 @@ func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *qu
 			if err := s.svc.Register(s.reg); err != nil {
 				s.log.Error("metrics: the Envoy service's decisions are not counted", "error", err)
 			}
+			if s.c.rl != nil {
+				s.c.rl.service(s)
+			}
 			impl = s.svc
 		} else {
 			impl = envoyrls.NewPolicyService(s.lim)
 		}
-		run.gs = newGRPC(impl, s.grpcOptions()...)
+		var opts []grpc.ServerOption
+		if s.c.rl != nil {
+			opts = s.c.rl.grpcOpts
+		}
+		run.gs = newGRPC(impl, append(opts, s.grpcOptions()...)...)
 		grpcAddr = gln.Addr().String()
 		go func() { run.errc <- run.gs.Serve(gln) }()
 	}
@@ -347,6 +368,9 @@ func (s *service) loadConfig() error {
 		}
 		s.p, s.last = p, p.Source
 		return nil
+	}
+	if c.rl != nil {
+		return s.loadRatelimit()
 	}
 	s.last = dirDigest(c.EnvoyConfig)
 	cfg, err := envoyrls.LoadDir(c.EnvoyConfig)

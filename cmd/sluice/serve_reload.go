@@ -66,13 +66,23 @@ func (s *service) reload(why string) {
 
 // reloadEnvoy is reload in Envoy-config mode.
 func (s *service) reloadEnvoy(why string) {
+	if s.c.rl != nil && s.c.rl.xds {
+		return // (the xDS client sets the configuration)
+	}
 	d := dirDigest(s.c.EnvoyConfig)
+	load := func() (*envoyrls.Config, error) { return envoyrls.LoadDir(s.c.EnvoyConfig) }
+	if s.c.rl != nil {
+		d, load = s.c.rl.digest(), s.c.rl.load
+	}
 	if why == "file change" && bytes.Equal(d, s.last) {
 		return
 	}
 	s.last = d
-	nc, err := envoyrls.LoadDir(s.c.EnvoyConfig)
+	nc, err := load()
 	if err != nil {
+		if s.svc != nil {
+			s.svc.NoteConfigLoad(err)
+		}
 		s.reloadErrors.Inc()
 		s.log.Error("envoy config reload rejected; the old configuration stays in force", "reason", why, "error", err,
 			"policy_version", s.envoy.Load().version)
