@@ -203,6 +203,21 @@ function sleep(s: number, signal?: AbortSignal): Promise<void> {
 }
 
 /** How long a provider's answer says to wait (seconds): the 429/503 hint, or a budget at 0 with a reset; undefined when nothing says wait. */
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$/;
+
+/** The trace fields of what `f` returns: traceparent (well-formed, W3C) and tracestate, else none. */
+export function traceFields(f: (() => Record<string, string> | undefined) | undefined): Record<string, string> {
+  if (!f) return {};
+  const got = f() ?? {};
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(got)) {
+    const name = k.toLowerCase();
+    if ((name === "traceparent" || name === "tracestate") && typeof v === "string" && v && !/[\r\n]/.test(v)) out[name] = v;
+  }
+  if (!out.traceparent || !TRACEPARENT.test(out.traceparent) || out.traceparent.startsWith("ff")) return {};
+  return out;
+}
+
 function waitOf(status: number, headers: HeadersLike): number | undefined {
   let wait = status === 429 || status === 503 ? retryHint(headers) : undefined;
   for (const l of parseProviderLimits(headers)) {
@@ -221,10 +236,20 @@ export class Client {
   readonly url: string;
   readonly token: string | undefined;
   readonly timeout: number;
+  /** Called before each call for the W3C trace context to send (see the constructor). */
+  readonly traceHeaders: (() => Record<string, string> | undefined) | undefined;
   private last: Descriptors | undefined;
 
-  constructor(opts: { url: string; token?: string; timeout?: number }) {
-    const { url, token, timeout = 5 } = opts ?? ({} as any);
+  /**
+   * `traceHeaders`, when given, is called before each call for the W3C trace context to send: of the record it returns
+   * only `traceparent` and `tracestate` (any case) are sent, and nothing when the traceparent is not well-formed, so
+   * that a `sluice serve --otel` records its span of the decision as a child of the caller's — e.g. OpenTelemetry's
+   * `propagation.inject(context.active(), carrier)` into a fresh object, with no dependency here.
+   */
+  constructor(opts: { url: string; token?: string; timeout?: number; traceHeaders?: () => Record<string, string> | undefined }) {
+    const { url, token, timeout = 5, traceHeaders } = opts ?? ({} as any);
+    if (traceHeaders !== undefined && typeof traceHeaders !== "function") throw new TypeError("traceHeaders must be a function");
+    this.traceHeaders = traceHeaders;
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`url must be http://host:port or https://..., not ${String(url)}`);
     if (typeof timeout !== "number" || !(timeout > 0 && timeout <= MAX_SECONDS)) throw new TypeError(`timeout must be a number of seconds above 0 and at most ${MAX_SECONDS}, not ${String(timeout)}`);
     const t = token?.trim();
@@ -247,6 +272,7 @@ export class Client {
     try {
       const headers: Record<string, string> = body === undefined ? {} : { "Content-Type": "application/json" };
       if (this.token) headers.Authorization = `Bearer ${this.token}`;
+      Object.assign(headers, traceFields(this.traceHeaders));
       const res = await fetch(this.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: ctl.signal });
       status = res.status;
       raw = await res.text();
