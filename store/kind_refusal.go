@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
 )
 
 // refuser is implemented by the algorithms of kinds whose refusals can be
@@ -18,6 +19,8 @@ import (
 // would give is a function of the refusal and the time since.
 type refuser interface {
 	refusedAfter(sp *Spec, dec sluice.Decision, cost, later int64, elapsed time.Duration) (sluice.Decision, bool)
+	// refusedNext: see Spec.RefusedNext (dec admitted, Remaining < cost).
+	refusedNext(sp *Spec, dec sluice.Decision, cost int64) (sluice.Decision, bool)
 }
 
 // RefusalsHold reports whether a refusal of a request of cost c by a limit
@@ -49,8 +52,10 @@ func (k Kind) RefusalsHold() bool {
 // or s has a penalty box (BlockFor: the refusal then reports the later of
 // the block's end and what the kind alone would decide, which may turn
 // from a refusal to an admission meanwhile, and the decision does not say
-// which). A token bucket's figures are exact but for the nanosecond the
-// store rounded its waits to.
+// which), or a token bucket's figures hang on the nanosecond the store
+// rounded its wait to (a token due within it; a larger cost whose extra
+// refill is not a whole number of nanoseconds). Else its figures are the
+// store's, exactly.
 func (s *Spec) RefusedAfter(dec sluice.Decision, cost, later int64, elapsed time.Duration) (sluice.Decision, bool) {
 	r, ok := kinds[s.Kind].alg.(refuser)
 	if !ok || s.BlockFor > 0 || dec.Allowed || elapsed < 0 || elapsed >= dec.RetryAfter || later < cost || cost <= 0 {
@@ -59,38 +64,102 @@ func (s *Spec) RefusedAfter(dec sluice.Decision, cost, later int64, elapsed time
 	return r.refusedAfter(s, dec, cost, later, elapsed)
 }
 
+// RefusedNext returns the refusal a store would give a request of cost on
+// a key at the moment it admitted one of cost there with dec (the state's
+// decision after the admission), when that is a refusal: the key has less
+// than cost left (dec.Remaining < cost). ok is false when the next request
+// would be admitted, or the kind's refusals do not hold (as for
+// RefusedAfter, and under a penalty box), or, for a token bucket, the
+// refill of the capacity beyond cost is not a whole number of nanoseconds:
+// its RetryAfter is derived from its ResetAfter (the wait for cost is the
+// wait to full less that refill time), exactly when that time is whole
+// (any rate that divides a second into whole nanoseconds per token, and
+// others at some costs).
+func (s *Spec) RefusedNext(dec sluice.Decision, cost int64) (sluice.Decision, bool) {
+	r, ok := kinds[s.Kind].alg.(refuser)
+	if !ok || s.BlockFor > 0 || !dec.Allowed || cost <= 0 || dec.Remaining >= cost || dec.ResetAfter <= 0 {
+		return sluice.Decision{}, false
+	}
+	return r.refusedNext(s, dec, cost)
+}
+
+func (bucketKind) refusedNext(sp *Spec, dec sluice.Decision, cost int64) (sluice.Decision, bool) {
+	k, ok := refillNanos(&sp.Bucket, sp.Bucket.Limit().Capacity-cost)
+	if !ok || k >= int64(dec.ResetAfter) {
+		return sluice.Decision{}, false
+	}
+	return sluice.Decision{Remaining: dec.Remaining, RetryAfter: dec.ResetAfter - time.Duration(k), ResetAfter: dec.ResetAfter}, true
+}
+
+// refillNanos is the time p takes to refill n tokens, when it is a whole
+// number of nanoseconds (n·Unit·Den/Num); ok false when it is not (or
+// does not fit).
+func refillNanos(p *bucket.Params, n int64) (int64, bool) {
+	num, den, _ := p.Ratio()
+	hi, lo := bits.Mul64(uint64(n*p.Unit()), den) // (n·Unit is within the capacity's units)
+	if hi >= num {
+		return 0, false
+	}
+	q, r := bits.Div64(hi, lo, num)
+	return int64(q), r == 0 && q <= math.MaxInt64
+}
+
+func (fixedKind) refusedNext(_ *Spec, dec sluice.Decision, _ int64) (sluice.Decision, bool) {
+	return sluice.Decision{Remaining: dec.Remaining, RetryAfter: dec.ResetAfter, ResetAfter: dec.ResetAfter}, true
+}
+
+func (quotaKind) refusedNext(_ *Spec, dec sluice.Decision, _ int64) (sluice.Decision, bool) {
+	return sluice.Decision{Remaining: dec.Remaining, RetryAfter: dec.ResetAfter, ResetAfter: dec.ResetAfter}, true
+}
+
 func (bucketKind) refusedAfter(sp *Spec, dec sluice.Decision, cost, later int64, elapsed time.Duration) (sluice.Decision, bool) {
+	p := &sp.Bucket
 	left := dec.RetryAfter - elapsed
 	out := sluice.Decision{RetryAfter: left, ResetAfter: max(dec.ResetAfter-elapsed, 0)}
-	p := &sp.Bucket
-	num, den, _ := p.Ratio()
-	tokens := func(d time.Duration) int64 { // whole tokens refilled in d, rounded up
-		return int64(math.Ceil(float64(d) * float64(num) / (float64(den) * float64(p.Unit()))))
+	// The store counts whole tokens on nanoseconds: the token j before the
+	// one that makes cost arrives at the first nanosecond past the real
+	// moment D - j·τ (τ the time per token), where D, the real moment cost
+	// is there, lies within the nanosecond before the deadline. Token j is
+	// still missing when j·τ < left - δ for that fraction δ in [0, 1): for
+	// every j with j·τ <= left-1, for none with j·τ >= left, and the store's
+	// rounding alone tells for one with j·τ strictly between (then the
+	// cache cannot, and says so).
+	missing, ok := missingTokens(p, int64(left))
+	if !ok {
+		return sluice.Decision{}, false
 	}
-	rem := cost - tokens(left)
-	if r0 := dec.Remaining; r0 > 0 && cost-tokens(dec.RetryAfter) != r0 {
-		// The store's rounding put a token's arrival on the other side of
-		// a nanosecond: count the tokens arrived since from its figure.
-		rem = r0 + tokens(dec.RetryAfter) - tokens(left)
-	}
-	out.Remaining = min(max(rem, dec.Remaining), cost-1)
+	out.Remaining = min(max(cost-missing, 0), cost-1)
 	if later > cost {
-		// The wait for later is the wait for cost and the time to refill
-		// the difference (later-cost tokens: within the capacity's units).
-		hi, lo := bits.Mul64(uint64((later-cost)*p.Unit()), den)
-		if hi >= num {
+		// The wait for later is the wait for cost and the refill of the
+		// difference, when that is a whole number of nanoseconds.
+		k, ok := refillNanos(p, later-cost)
+		if !ok || k > math.MaxInt64-int64(left) {
 			return sluice.Decision{}, false
 		}
-		q, r := bits.Div64(hi, lo, num)
-		if r != 0 {
-			q++
-		}
-		if q > uint64(math.MaxInt64-int64(left)) {
-			return sluice.Decision{}, false
-		}
-		out.RetryAfter += time.Duration(q)
+		out.RetryAfter += time.Duration(k)
 	}
 	return out, true
+}
+
+// missingTokens is the number of tokens (j = 0, 1, ...) missing from a
+// bucket of p left ns before the real moment its refused cost is there
+// rounded up to the nanosecond (see refusedAfter); ok false when the
+// store's rounding alone decides it.
+func missingTokens(p *bucket.Params, left int64) (int64, bool) {
+	if left <= 0 {
+		return 0, true
+	}
+	if tau, ok := refillNanos(p, 1); ok && tau > 0 {
+		return (left-1)/tau + 1, true // (whole: no j·τ strictly between left-1 and left)
+	}
+	num, den, _ := p.Ratio()
+	tau := float64(p.Unit()) * float64(den) / float64(num)
+	m := math.Floor(float64(left-1)/tau) + 1 // the j with j·τ <= left-1, by floating point
+	margin := 1e-3 + float64(left)*1e-12
+	if (m-1)*tau > float64(left-1)-margin || m*tau < float64(left)+margin {
+		return 0, false // a token within the nanosecond (or too close to tell)
+	}
+	return int64(m), true
 }
 
 // windowed is refusedAfter for the kinds whose refusal lasts until the

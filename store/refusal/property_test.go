@@ -198,16 +198,15 @@ func (w *world) step(t testing.TB, o op) (store.Result, []store.Item) {
 
 // With one instance, the cache changes no answer: the same admissions and
 // refusals, every item's decision equal field by field (RetryAfter and
-// ResetAfter counted down, Remaining refilled; a larger cost than the one
-// refused may wait a nanosecond more or less, the store's rounding), on a
-// trace where many refusals are answered from the cache.
+// ResetAfter counted down, Remaining refilled), on a trace where many
+// refusals are answered from the cache.
 func TestSameAnswersAsTheStore(t *testing.T) {
-	for seed := range uint64(8) {
+	for seed := range uint64(24) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 27))
 			ops := trace(t, rng, 6000)
 			plain, cached := newWorld(0), newWorld(1000)
-			refused, nsOff := 0, 0
+			refused := 0
 			for i, o := range ops {
 				r1, it1 := plain.step(t, o)
 				r2, it2 := cached.step(t, o)
@@ -219,22 +218,14 @@ func TestSameAnswersAsTheStore(t *testing.T) {
 				}
 				for j := range it1 {
 					a, b := it1[j], it2[j]
-					d := b.Decision
-					if diff := d.RetryAfter - a.Decision.RetryAfter; diff == 1 || diff == -1 {
-						// (a larger cost than the one refused: its wait is
-						// the refused one's plus the refill of the difference,
-						// each rounded to the nanosecond by the store)
-						d.RetryAfter = a.Decision.RetryAfter
-						nsOff++
-					}
-					if a.Decision != d || a.RefundBefore != b.RefundBefore || a.Wait != b.Wait {
+					if a.Decision != b.Decision || a.RefundBefore != b.RefundBefore || a.Wait != b.Wait {
 						t.Fatalf("step %d item %d (%s cost %d max_wait %v spec %v base %v): store %+v (refund %d wait %v), cache %+v (refund %d wait %v)",
 							i, j, a.Key, a.Cost, a.MaxWait, a.Spec.Kind, a.Base != nil, a.Decision, a.RefundBefore, a.Wait, b.Decision, b.RefundBefore, b.Wait)
 					}
 				}
 			}
 			st := cached.st.(*refusal.Store).Stats()
-			t.Logf("%d refusals, %d answered from the cache (%d a nanosecond off), %d kept, %d dropped", refused, st.Hits, nsOff, st.Kept, st.Dropped)
+			t.Logf("%d refusals, %d answered from the cache, %d kept, %d dropped", refused, st.Hits, st.Kept, st.Dropped)
 			if st.Hits < uint64(refused)/4 {
 				t.Fatalf("only %d of %d refusals answered from the cache", st.Hits, refused)
 			}

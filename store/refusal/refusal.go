@@ -223,14 +223,20 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	epoch := sh.epoch
 	sh.mu.Unlock()
 	r, err := s.inner.Take(ctx, items)
-	if err == nil && r.Allowed {
-		s.touched(items, true)
+	switch {
+	case err != nil:
+	case r.Allowed:
+		// An admission that leaves less than its cost: the next request of
+		// that cost is refused, and the store's refusal can be told now.
+		if dec, ok := it.Spec.RefusedNext(it.Decision, it.Cost); ok {
+			s.keep(sh, epoch, it, dec, now)
+		} else {
+			s.touched(items, true)
+		}
+	case !it.Decision.Allowed && it.Decision.RetryAfter > 0:
+		s.keep(sh, epoch, it, it.Decision, now)
 	}
-	if err != nil || r.Allowed || it.Decision.Allowed || it.Decision.RetryAfter <= 0 {
-		return r, err
-	}
-	s.keep(sh, epoch, it, now)
-	return r, nil
+	return r, err
 }
 
 // touched drops the refusals of the keys a request decided under another
@@ -270,25 +276,26 @@ func (s *Store) maxWait(it *store.Item) int64 {
 	return 0
 }
 
-// keep records it's refusal, the request sent at at, unless a return of
-// budget to the shard's keys began since epoch was read.
-func (s *Store) keep(sh *shard, epoch uint64, it *store.Item, at int64) {
-	if _, ok := it.Spec.RefusedAfter(it.Decision, it.Cost, it.Cost, 0); !ok {
-		return
+// keep records dec, the store's refusal of it's request (or the refusal
+// its admission implies for the next such request), the request sent at
+// at, in place of the key's refusal held; unless a return of budget to the
+// shard's keys began since epoch was read (then it drops the key's).
+func (s *Store) keep(sh *shard, epoch uint64, it *store.Item, dec sluice.Decision, at int64) {
+	e := &entry{key: it.Key, spec: it.Spec, base: it.Base, cost: it.Cost, dec: dec, at: at,
+		deadline: at + int64(dec.RetryAfter)}
+	_, ok := it.Spec.RefusedAfter(dec, it.Cost, it.Cost, 0)
+	if ok && e.deadline > at { // (not an overflow: a refusal for longer than the cache's clock counts)
+		e.hits = s.counter(s.label(it.Key))
+	} else {
+		e = nil
 	}
-	e := &entry{key: it.Key, spec: it.Spec, base: it.Base, cost: it.Cost, dec: it.Decision, at: at,
-		deadline: at + int64(it.Decision.RetryAfter)}
-	if e.deadline < at {
-		return // (overflow: a refusal for longer than the cache's clock counts)
-	}
-	e.hits = s.counter(s.label(it.Key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.epoch != epoch {
-		return
-	}
 	if old := sh.m[it.Key]; old != nil {
 		s.dropLocked(sh, old)
+	}
+	if e == nil || sh.epoch != epoch {
+		return
 	}
 	now := s.now()
 	for n := 0; sh.head != nil && n < 2 && sh.head.deadline <= now; n++ {

@@ -91,12 +91,12 @@ func TestRepeatsCostNoStoreCall(t *testing.T) {
 			t.Fatalf("rule: cost %d max_wait %v goes to the store", x.Cost, x.MaxWait)
 		}
 	}
-	// The booking was admitted (it took 4 in debt): the refusal's figures
-	// are gone; the next refusal is the store's again.
+	// The booking was admitted (it took 4 in debt), leaving less than 4:
+	// the next request of 4 is refused from the cache, as the store would.
 	it.Cost = 4
 	before := inner.takes.Load()
-	if r, _ := take1(t, s, it); r.Allowed || inner.takes.Load() != before+1 {
-		t.Fatal("rule: after an admission on the key the store decides")
+	if r, got := take1(t, s, it); r.Allowed || inner.takes.Load() != before || got.Decision.RetryAfter != 3800*time.Millisecond {
+		t.Fatalf("rule: an admission leaving less than its cost refuses the next such request from the cache: %+v", got.Decision)
 	}
 	// A booking that cannot wait long enough is refused from the cache.
 	before = inner.takes.Load()
@@ -241,8 +241,13 @@ func TestAnotherInstanceReturning(t *testing.T) {
 		h := a.Stats().Hits
 		r, got := take1(t, a, it)
 		if a.Stats().Hits == h {
-			if !r.Allowed {
-				last[key] = refused{c.Now(), got.Decision.RetryAfter}
+			d := got.Decision
+			switch {
+			case !r.Allowed:
+				last[key] = refused{c.Now(), d.RetryAfter}
+			case d.Remaining < it.Cost:
+				// (the refusal its admission implies for the next such request)
+				last[key] = refused{c.Now(), d.ResetAfter - time.Duration(float64(sp.Capacity()-it.Cost)/sp.Rate()*1e9)}
 			}
 			continue
 		}
