@@ -66,6 +66,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/tracing"
 )
 
 // Retry is the retry policy of Gate.Do. Errors that carry a server hint
@@ -129,6 +130,10 @@ type Config struct {
 	// refused, original or retry); it is the hook for metrics. It is called
 	// with no lock held and must be safe for concurrent use.
 	Observe func(Event)
+	// Tracer, when set, makes each admission a span "sluice.gate.acquire"
+	// (gate/trace.go), a child of the context's span or traceparent
+	// (tracing.WithParent); nil traces nothing.
+	Tracer tracing.Tracer
 	// Store, when set, makes the gate shared: its budgets (Limit and
 	// Dimensions), in-flight slots and pauses live in that store under
 	// Name, so that every gate of that Name on that store, in any process
@@ -429,10 +434,10 @@ func (g *Gate) releaseHold(h hold) {
 	g.release()
 }
 
-// acquire admits cost (and ch, the costs per dimension; nil: none): it
+// admit admits cost (and ch, the costs per dimension; nil: none): it
 // returns once the tokens and a slot are taken, with the reservations when
 // wantRes is set (else nil; a shared gate's admission always).
-func (g *Gate) acquire(ctx context.Context, cost int64, attempt int, wantRes bool, ch []int64) (hold, error) {
+func (g *Gate) admit(ctx context.Context, cost int64, attempt int, wantRes bool, ch []int64) (hold, error) {
 	if g.b == nil {
 		return hold{}, errNotMade
 	}

@@ -182,6 +182,7 @@ func rewindable(r *http.Request) bool {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = t.withTraceParent(req) // (a traced gate: its span joins the request's trace)
 	if t.estimate != nil {
 		return t.roundTripTokens(req)
 	}
