@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -206,6 +207,21 @@ func (c *client) request(nonce string, detail *statuspb.Status) *discoveryv3.Dis
 	}
 }
 
+// take converts and applies resp's snapshot; a panic on the way (a bug)
+// is an error, NACKing the snapshot, as the reference service recovers
+// its loader's panics.
+func (c *client) take(resp *discoveryv3.DiscoveryResponse) (cfg *envoyrls.Config, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cfg, err = nil, fmt.Errorf("xds: internal error converting the snapshot: %v", p)
+		}
+	}()
+	if cfg, err = Convert(resp.GetResources()); err != nil {
+		return nil, err
+	}
+	return cfg, c.apply(cfg)
+}
+
 // maxDetail bounds a NACK's message.
 const maxDetail = 16 << 10
 
@@ -239,10 +255,7 @@ func (c *client) stream(ctx context.Context) (received bool, err error) {
 			c.log.Warn("xds: response of another type ignored", "type", resp.GetTypeUrl())
 			continue
 		}
-		cfg, err := Convert(resp.GetResources())
-		if err == nil {
-			err = c.apply(cfg)
-		}
+		cfg, err := c.take(resp)
 		if err != nil {
 			msg := err.Error()
 			if len(msg) > maxDetail {
