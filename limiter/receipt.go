@@ -107,6 +107,12 @@ const KeepCost int64 = -1
 // not a limit of the receipt is a *UnknownLimitError, a negative cost
 // sluice.ErrInvalidCost; both change nothing.
 func (l *Limiter) SettleCosts(ctx context.Context, r Receipt, actual int64, actuals map[string]int64) error {
+	return l.settle(ctx, r, actual, actuals, store.Slots{})
+}
+
+// settle is SettleCosts and, with slots, their release in the same store
+// call (SettleRelease).
+func (l *Limiter) settle(ctx context.Context, r Receipt, actual int64, actuals map[string]int64, slots store.Slots) error {
 	if err := l.CheckSettleCosts(r, actual, actuals); err != nil {
 		return err
 	}
@@ -126,10 +132,18 @@ func (l *Limiter) SettleCosts(ctx context.Context, r Receipt, actual int64, actu
 			adj = append(adj, t)
 		}
 	}
-	if len(adj) == 0 {
+	var err error
+	switch {
+	case len(adj) == 0 && slots.ID == "":
 		return nil
+	case slots.ID == "":
+		err = l.st.Adjust(ctx, adj)
+	case len(adj) == 0:
+		err = l.st.Release(ctx, slots)
+	default:
+		err = store.AdjustRelease(ctx, l.st, adj, slots)
 	}
-	if err := l.st.Adjust(ctx, adj); err != nil {
+	if err != nil {
 		if r.settled != nil {
 			r.settled.Store(false) // not applied: it may be settled again
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/book"
 )
 
@@ -392,6 +393,12 @@ type SettleRequest struct {
 	// the others settle with ActualCost when given, else keep what they
 	// took.
 	ActualCosts CostMap `json:"actual_costs"`
+	// Release also frees the lease's in-flight slots, in the same store
+	// call as the settle (limiter.Limiter.SettleRelease): a finished
+	// request's /v1/settle and /v1/release in one. A settle refused for
+	// the receipt's state (settled already, dropped, expired, corrupt)
+	// still frees them; one refused for its costs frees nothing.
+	Release bool `json:"release"`
 }
 
 func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
@@ -420,6 +427,18 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	if req.ActualCost != nil {
 		actual = *req.ActualCost
 	}
+	var slots store.Slots // the lease's, when Release asks to free them
+	if req.Release {
+		var err error
+		switch slots, err = s.book.Slots(r.Context(), req.ReceiptID); {
+		case errors.Is(err, book.ErrUnknown):
+			fail(w, answer.UnknownLease, "no lease %.64q (never issued, or its slots and receipt have expired)", req.ReceiptID)
+			return
+		case err != nil:
+			fail(w, answer.StoreError, "%v", err)
+			return
+		}
+	}
 	var rec limiter.Receipt
 	_, err := s.book.TakeReceipt(r.Context(), req.ReceiptID, func(raw []byte) error {
 		var err error
@@ -434,6 +453,15 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &ce), errors.Is(err, limiter.ErrUnknownLimit):
 		answer.Classify(err).Write(w) // nothing changed: the receipt can be settled again
 		return
+	case err != nil && slots.ID != "" && (errors.Is(err, book.ErrUnknown) || errors.Is(err, book.ErrDropped) ||
+		errors.Is(err, book.ErrSettled) || errors.As(err, &br)):
+		// Nothing to settle, but the slots are the caller's to free.
+		if rerr := s.cfg.Limiter.Release(r.Context(), slots); rerr != nil {
+			fail(w, answer.StoreError, "%v", rerr)
+			return
+		}
+	}
+	switch {
 	case errors.Is(err, book.ErrUnknown):
 		fail(w, answer.UnknownLease, "no lease %.64q (never issued, or older than --lease-window)", req.ReceiptID)
 		return
@@ -451,11 +479,19 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		fail(w, answer.StoreError, "%v", err)
 		return
 	}
-	if err := s.cfg.Limiter.SettleCosts(r.Context(), rec, actual, req.ActualCosts); err != nil {
+	if !req.Release {
+		if err := s.cfg.Limiter.SettleCosts(r.Context(), rec, actual, req.ActualCosts); err != nil {
+			fail(w, answer.StoreError, "%v", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
+		return
+	}
+	if err := s.cfg.Limiter.SettleRelease(r.Context(), rec, actual, req.ActualCosts, slots); err != nil {
 		fail(w, answer.StoreError, "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
+	writeJSON(w, http.StatusOK, map[string]bool{"settled": true, "released": true})
 }
 
 // CostMap is a cost per limit name ("costs", "actual_costs"). In JSON each
