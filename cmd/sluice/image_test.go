@@ -228,6 +228,7 @@ func TestImage(t *testing.T) {
 	t.Run("version", func(t *testing.T) { imageVersion(t, p, image, strings.TrimSpace(string(head))) })
 	t.Run("default", func(t *testing.T) { imageDefault(t, p, image, name("default")) })
 	t.Run("redis", func(t *testing.T) { imageRedis(t, p, image, name("redis")) })
+	t.Run("ratelimit", func(t *testing.T) { imageRatelimit(t, p, image, name("ratelimit")) })
 }
 
 // The image's configuration: its size, user, entrypoint, default command,
@@ -462,4 +463,63 @@ func imageRedis(t *testing.T, p podman, image, name string) {
 		t.Fatalf("another tenant on the second container: %d, want 200", code)
 	}
 	b.stop(t)
+}
+
+// /bin/ratelimit as Envoy Gateway starts it (the container's command
+// /bin/ratelimit, no arguments, envoyproxy/ratelimit's environment, the
+// config directory mounted read-only): `sluice ratelimit` on a real Redis,
+// its /healthcheck, a descriptor of one a minute admitted then refused.
+func imageRatelimit(t *testing.T, p podman, image, name string) {
+	rd := redistest.New(t)
+	root := t.TempDir()
+	cfg := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := "domain: image\ndescriptors:\n  - key: one_per_minute\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1\n"
+	if err := os.WriteFile(filepath.Join(cfg, "image.yaml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{root, filepath.Join(root, "ratelimit"), cfg} {
+		if err := os.Chmod(d, 0o755); err != nil { // t.TempDir is 0700; the container runs as 65532
+			t.Fatal(err)
+		}
+	}
+	port, grpcPort, debugPort := freePort(t), freePort(t), freePort(t)
+	portOf := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+	flags := []string{"--read-only", "--network", "host", "--entrypoint", "/bin/ratelimit",
+		"-v", root + ":/data:ro"}
+	for _, kv := range []string{
+		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"USE_STATSD=false", "LOG_LEVEL=info", "LOG_FORMAT=json",
+		"BACKEND_TYPE=redis", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rd.Addr,
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		"PORT=" + portOf(port), "GRPC_PORT=" + portOf(grpcPort), "DEBUG_PORT=" + portOf(debugPort),
+	} {
+		flags = append(flags, "-e", kv)
+	}
+	c := p.start(t, name, flags, image)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, err := get("http://" + port + "/healthcheck")
+		if err == nil && code == 200 && body == "OK" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/bin/ratelimit: no healthy /healthcheck in 30 s (%d %q %v); logs:\n%s", code, body, err, c.logs(t))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, rl := dialRLS(t, &proc{grpc: grpcPort})
+	req := &rls.RateLimitRequest{Domain: "image", HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "one_per_minute", Value: "x"}}}}}
+	for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := rl.ShouldRateLimit(ctx, req)
+		cancel()
+		if err != nil || r.OverallCode != want {
+			t.Fatalf("call %d: %v %v, want %v; logs:\n%s", i+1, r, err, want, c.logs(t))
+		}
+	}
+	c.stop(t)
 }

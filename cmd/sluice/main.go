@@ -59,7 +59,7 @@ type env struct {
 	stdin          io.Reader
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+func main() { os.Exit(run(commandLine(os.Args), os.Stdin, os.Stdout, os.Stderr)) }
 
 // exitCode carries kong's exit requests (after --help, or a usage error).
 type exitCode int
