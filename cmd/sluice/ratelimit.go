@@ -178,9 +178,21 @@ func ratelimitServe(getenv func(string) string) (serveCmd, error) {
 	r.refuseTrue("MERGE_DOMAIN_CONFIG", "sluice refuses a domain defined in two files")
 	r.refuseTrue("TRACING_ENABLED", "sluice ratelimit exports no traces")
 	r.refuseTrue("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "sluice never counts a refused request (this is always so)")
-	// LOCAL_CACHE_SIZE_IN_BYTES and EXPIRATION_JITTER_MAX_SECONDS are
-	// accepted with no effect (docs/envoy.md): a refused request costs
-	// sluice no increment, and its keys expire when their buckets refill.
+	// The reference's local cache of over-limit keys is sluice's refusal
+	// cache (--refusal-cache): off unless LOCAL_CACHE_SIZE_IN_BYTES > 0,
+	// as there, then an entry per 256 bytes. EXPIRATION_JITTER_MAX_SECONDS
+	// is accepted with no effect: sluice's keys expire when their buckets
+	// are full again, not at a window's end that many instances share.
+	cache := 0
+	if v := r.get("LOCAL_CACHE_SIZE_IN_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			r.errs = append(r.errs, fmt.Errorf("LOCAL_CACHE_SIZE_IN_BYTES=%q: not a whole number of bytes", v))
+		} else if n > 0 {
+			cache = max(n/256, 1)
+		}
+	}
+	arg("refusal-cache", strconv.Itoa(cache))
 
 	// Parse serve's flags with serve's own defaults and validation, so
 	// that this mode is serve's Envoy mode and nothing else.

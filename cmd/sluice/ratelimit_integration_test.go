@@ -228,6 +228,23 @@ func rlMetric(t *testing.T, url, name, labels string) float64 {
 	return v
 }
 
+// rlMetricSum is the sum of every series of name on url.
+func rlMetricSum(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{.*\})? ([0-9.e+-]+)$`).FindAllStringSubmatch(string(b), -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		sum += v
+	}
+	return sum
+}
+
 // writeRuntime writes files (path under root -> content).
 func writeRuntime(t *testing.T, root string, files map[string]string) {
 	t.Helper()
@@ -302,15 +319,32 @@ descriptors:
 )
 
 // The reference's testBasicBaseConfig on Redis (its TestBasicConfig, the
-// variant StopCacheKeyIncrementWhenOverlimit: sluice never takes from a
-// descriptor of a refused call), with its metrics under the names of its
-// Prometheus mapping.
+// variants StopCacheKeyIncrementWhenOverlimit — sluice never takes from a
+// descriptor of a refused call —, WithLocalCache and WithCachePrefix),
+// with its metrics under the names of its Prometheus mapping.
 func TestRatelimitBasic(t *testing.T) {
 	r := redistest.New(t)
-	dir := t.TempDir()
-	root := filepath.Join(dir, "runtime", "current")
-	writeRuntime(t, root, map[string]string{"ratelimit/config/basic.yaml": rtBasic, "ratelimit/config/another.yaml": rtAnother})
-	p := startRatelimit(t, rlEnv(t, root, r.Addr))
+	for _, tc := range []struct{ name, cache, prefix string }{
+		{"WithoutLocalCache", "", "a:"}, {"WithLocalCache", "1000", "b:"}, {"WithCachePrefix", "", "prefix:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), "runtime", "current")
+			writeRuntime(t, root, map[string]string{"ratelimit/config/basic.yaml": rtBasic, "ratelimit/config/another.yaml": rtAnother})
+			env := rlEnv(t, root, r.Addr)
+			env["LOCAL_CACHE_SIZE_IN_BYTES"], env["CACHE_KEY_PREFIX"] = tc.cache, tc.prefix
+			p := startRatelimit(t, env)
+			testRatelimitBasic(t, p)
+			// The reference's local cache is sluice's refusal cache: the
+			// repeated refusals were answered from it.
+			hits := rlMetricSum(t, p.metrics, "sluice_refusal_cache_hits_total")
+			if tc.cache != "" && hits == 0 || tc.cache == "" && hits != 0 {
+				t.Fatalf("LOCAL_CACHE_SIZE_IN_BYTES=%q: refusal cache hits %v", tc.cache, hits)
+			}
+		})
+	}
+}
+
+func testRatelimitBasic(t *testing.T, p *rlProc) {
 	c := rlClient(t, p)
 
 	rlExpect(t, "unknown domain", rlAsk(t, c, rlRequest("foo", [][][2]string{{{"hello", "world"}}}, 1)), ok, rlStatus{code: ok})
