@@ -337,10 +337,13 @@ class Client(_Overrides):
             raise
         return Ticket(self, r.decision, r.descriptors)
 
-    def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> None:
+    def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
+               release: bool = False) -> None:
         """Replace a request's cost by what it used: ``actual_cost`` for its
         limits, ``actual_costs`` per limit name (the others keep what they
-        took). The unused part is returned exactly, an excess charged."""
+        took). The unused part is returned exactly, an excess charged. With
+        ``release=True`` the request's in-flight slots are freed too, in
+        the same store call (settle and release in one)."""
         if not lease:
             raise ValueError("lease is empty (a refused request has none)")
         b: Dict[str, Any] = {"lease": lease}
@@ -348,6 +351,8 @@ class Client(_Overrides):
             b["actual_cost"] = _cost(actual_cost, "actual_cost")
         if actual_costs:
             b["actual_costs"] = {str(k): _cost(v, f"actual_costs[{k!r}]") for k, v in actual_costs.items()}
+        if release:
+            b["release"] = True
         self._post("/v1/settle", b)
 
     def release(self, lease: str) -> None:
@@ -467,9 +472,14 @@ class Ticket:
         concurrent requests); a coroutine for an AsyncClient's ticket."""
         return self._client.report_response(status, headers, descriptors=self.descriptors, limits=limits)
 
-    def settle(self, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> Any:
-        """Settle the request with what it used (see Client.settle)."""
-        return self._client.settle(self.lease, actual_cost=actual_cost, actual_costs=actual_costs)
+    def settle(self, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
+               release: bool = False) -> Any:
+        """Settle the request with what it used (see Client.settle); with
+        ``release=True`` its slot is freed in the same call (exit then
+        frees nothing more)."""
+        if release:
+            self._released = True
+        return self._client.settle(self.lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release)
 
     def release(self) -> Any:
         """Free the in-flight slot (idempotent)."""
@@ -554,9 +564,10 @@ class AsyncClient(_AsyncOverrides):
             raise
         return Ticket(self, r.decision, r.descriptors)
 
-    async def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None) -> None:
+    async def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
+                     release: bool = False) -> None:
         """Client.settle."""
-        await self._run(self._c.settle, lease, actual_cost=actual_cost, actual_costs=actual_costs)
+        await self._run(self._c.settle, lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release)
 
     async def release(self, lease: str) -> None:
         """Client.release."""

@@ -94,6 +94,19 @@ class Check(unittest.TestCase):
             self.c.settle(d.lease, actual_cost=1)
         self.assertEqual(e.exception.code, "already_settled")
 
+    def test_settle_and_release(self) -> None:
+        k = key()
+        tool = {"tool": "s" + k["api_key"]}
+        d = self.c.check({**k, **tool}, costs={"tpm": 900})
+        self.assertFalse(self.c.check(tool).allowed, "one slot, held")
+        self.c.settle(d.lease, actual_costs={"tpm": 100}, release=True)  # 800 back and the slot freed, in one call
+        self.assertTrue(self.c.check(tool).allowed, "release=True frees the slot")
+        self.assertTrue(self.c.check(k, costs={"tpm": 850}).allowed, "and settles: the unused 800 tokens are back")
+        t = self.c.acquire({**key(), "tool": "t" + k["api_key"]}, costs={"tpm": 10}, max_wait=1)
+        with t:
+            t.settle(actual_cost=1, release=True)
+        self.assertTrue(self.c.check({"tool": "t" + k["api_key"]}).allowed, "a ticket's settle with release frees its slot")
+
     def test_release(self) -> None:
         d = self.c.check({"api_key": key()["api_key"], "tool": "t" + key()["api_key"]})
         tool = {"tool": [l.key for l in d.limits if l.name == "calls"][0].split(":", 1)[1]}

@@ -65,10 +65,11 @@ export interface ReserveOptions extends CheckOptions {
   signal?: AbortSignal;
 }
 
-/** What a request used: `actualCost` for its limits, `actualCosts` per limit name (the others keep what they took). */
+/** What a request used: `actualCost` for its limits, `actualCosts` per limit name (the others keep what they took). `release: true` frees the request's in-flight slots too, in the same store call (a finished request's settle and release in one). */
 export interface SettleOptions {
   actualCost?: number;
   actualCosts?: Record<string, number>;
+  release?: boolean;
 }
 
 /** A booked place in the limits' line: act after `wait` seconds, or `cancel()` to return the booking exactly. */
@@ -342,7 +343,10 @@ export class Client {
     let released = false;
     return {
       lease: r.lease, decision: r.decision, descriptors,
-      settle: (s: SettleOptions) => this.settle(r.lease, s),
+      settle: (s: SettleOptions) => {
+        if (s?.release === true) released = true; // (freed by the settle: release() then sends nothing)
+        return this.settle(r.lease, s);
+      },
       reportResponse: (response, ro = {}) => this.reportResponse(response, { descriptors, limits: ro.limits }),
       release: async () => {
         if (released) return;
@@ -352,12 +356,14 @@ export class Client {
     };
   }
 
-  /** Replace a request's cost by what it used: the unused part returned exactly, an excess charged. */
+  /** Replace a request's cost by what it used: the unused part returned exactly, an excess charged; with `release: true` its in-flight slots are freed in the same call. */
   async settle(lease: string, s: SettleOptions): Promise<void> {
     if (!lease) throw new TypeError("lease is empty (a refused request has none)");
     const b: Record<string, unknown> = { lease };
     if (s?.actualCost !== undefined) b.actual_cost = cost(s.actualCost, "actualCost");
     if (s?.actualCosts && Object.keys(s.actualCosts).length > 0) b.actual_costs = costMap(s.actualCosts, "actualCosts");
+    if (s?.release !== undefined && typeof s.release !== "boolean") throw new TypeError(`release must be a boolean, not ${String(s.release)}`);
+    if (s?.release) b.release = true;
     await this.post("/v1/settle", b);
   }
 

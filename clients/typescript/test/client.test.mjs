@@ -97,6 +97,22 @@ test("settle per limit, release, ticket", async () => {
   assert.ok((await c.check({ descriptors: { tool: tool.tool + "-c" } })).allowed, "a cancelled slot-only booking frees its slot");
 });
 
+test("settle with release: true settles and frees the slot in one call", async () => {
+  const k = key();
+  const tool = { tool: "s" + k.api_key };
+  const d = await c.check({ descriptors: { ...k, ...tool }, costs: { tpm: 900 } });
+  assert.equal((await c.check({ descriptors: tool })).allowed, false, "one slot, held");
+  await c.settle(d.lease, { actualCosts: { tpm: 100 }, release: true });
+  assert.ok((await c.check({ descriptors: tool })).allowed, "release: true frees the slot");
+  assert.ok((await c.check({ descriptors: k, costs: { tpm: 850 } })).allowed, "and settles: the unused 800 came back");
+  const tool2 = { tool: "u" + k.api_key };
+  const t = await c.acquire({ descriptors: { ...key(), ...tool2 }, costs: { tpm: 10 }, maxWait: 1 });
+  await t.settle({ actualCost: 1, release: true });
+  await t.release(); // nothing more to free
+  assert.ok((await c.check({ descriptors: tool2 })).allowed, "a ticket's settle with release frees its slot");
+  await assert.rejects(c.settle("lease", { actualCost: 1, release: "yes" }), TypeError);
+});
+
 test("limited wraps an async function and releases on a throw", async () => {
   const tool = { tool: "t" + key().api_key };
   const f = c.limited(async (x) => { if (x < 0) throw new Error("boom"); return x * 2; }, { descriptors: tool, maxWait: 2 });
