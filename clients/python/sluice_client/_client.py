@@ -474,9 +474,7 @@ class Ticket:
 
     def settle(self, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
                release: bool = False) -> Any:
-        """Settle the request with what it used (see Client.settle); with
-        ``release=True`` its slot is freed in the same call (exit then
-        frees nothing more)."""
+        """Settle the request with what it used (see Client.settle; ``release=True``: exit frees nothing more)."""
         if release:
             self._released = True
         return self._client.settle(self.lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release)
