@@ -25,16 +25,23 @@ type DescriptorSummary struct {
 	RateLimit   *RateLimitSummary   `json:"rate_limit,omitempty"`
 	ShadowMode  bool                `json:"shadow_mode,omitempty"`
 	Descriptors []DescriptorSummary `json:"descriptors,omitempty"`
+
+	QuotaMode      bool `json:"quota_mode,omitempty"`
+	DetailedMetric bool `json:"detailed_metric,omitempty"`
+	ValueToMetric  bool `json:"value_to_metric,omitempty"`
+	ShareThreshold bool `json:"share_threshold,omitempty"`
 }
 
 // RateLimitSummary is a node's rate_limit: an unlimited one has neither
-// unit nor requests_per_unit; any other has both (unit in lower case, as in
+// unit nor requests_per_unit; any other has both (requests_per_unit left
+// out when 0) (unit in lower case, as in
 // the files: second, minute, hour, day, week, month, year).
 type RateLimitSummary struct {
-	Name            string `json:"name,omitempty"`
-	Unit            string `json:"unit,omitempty"`
-	RequestsPerUnit uint32 `json:"requests_per_unit,omitempty"`
-	Unlimited       bool   `json:"unlimited,omitempty"`
+	Name            string   `json:"name,omitempty"`
+	Unit            string   `json:"unit,omitempty"`
+	RequestsPerUnit uint32   `json:"requests_per_unit,omitempty"`
+	Unlimited       bool     `json:"unlimited,omitempty"`
+	Replaces        []string `json:"replaces,omitempty"` // the names it replaces (the files' replaces: [{name: N}])
 }
 
 // Summary returns every domain of c, sorted by name, each with its whole
@@ -59,9 +66,10 @@ func (c *Config) Summary() []DomainSummary {
 func summarize(nodes []*Node) []DescriptorSummary {
 	var out []DescriptorSummary
 	for _, n := range nodes {
-		d := DescriptorSummary{Key: n.Key, Value: n.Value, ShadowMode: n.Shadow, Descriptors: summarize(n.Children)}
+		d := DescriptorSummary{Key: n.Key, Value: n.Value, ShadowMode: n.Shadow, Descriptors: summarize(n.Children),
+			QuotaMode: n.Quota, DetailedMetric: n.DetailedMetric, ValueToMetric: n.ValueToMetric, ShareThreshold: n.ShareThreshold}
 		if l := n.Limit; l != nil {
-			d.RateLimit = &RateLimitSummary{Name: l.Name, Unlimited: l.Unlimited}
+			d.RateLimit = &RateLimitSummary{Name: l.Name, Unlimited: l.Unlimited, Replaces: l.Replaces}
 			if !l.Unlimited {
 				d.RateLimit.Unit = strings.ToLower(l.Unit.String())
 				d.RateLimit.RequestsPerUnit = l.RequestsPerUnit
