@@ -117,3 +117,30 @@ func TestConvertWrongType(t *testing.T) {
 		t.Errorf("Convert(a Value) error %v", err)
 	}
 }
+
+// TestConvertReferenceFields: the fields the reference added since v0.1.0
+// of the proto (quota_mode, field 7) and those before it (replaces,
+// detailed_metric, metadata) reach the Config as from a file.
+func TestConvertReferenceFields(t *testing.T) {
+	md, err := structpb.NewStruct(map[string]any{"team": "red"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := anypb.New(&rlsconf.RateLimitConfig{Name: "r", Domain: "web", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "user", QuotaMode: true, DetailedMetric: true, Metadata: md,
+			RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 7, Name: "per_user",
+				Replaces: []*rlsconf.RateLimitReplace{{Name: "global"}}}},
+		{Key: "all", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 100, Name: "global"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := xds.Convert([]*anypb.Any{a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cfg.Domains["web"].Children[0]
+	if !u.Quota || !u.DetailedMetric || u.Limit == nil || len(u.Limit.Replaces) != 1 || u.Limit.Replaces[0] != "global" {
+		t.Errorf("user node: quota %v detailed %v limit %+v", u.Quota, u.DetailedMetric, u.Limit)
+	}
+}
