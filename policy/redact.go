@@ -46,3 +46,8 @@ func appendRedacted(dst []byte, val string) []byte {
 	dst = append(dst[:n], '#')
 	return hex.AppendEncode(dst, sum[:4])
 }
+
+// RedactValue is a redacted descriptor's value as keys show it: "#" and
+// the first 8 hex digits of its SHA-256 (the audit log shows descriptors
+// so).
+func RedactValue(val string) string { return string(appendRedacted(nil, val)) }

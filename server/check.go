@@ -377,6 +377,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		answer.Classify(err).Write(w)
 		return
 	}
+	s.auditRequest(r, "pause", map[string]any{"descriptors": s.shownDescriptors(req.Descriptors), "limits": req.Limits,
+		"retry_after_ms": req.RetryAfterMS, "paused_until_ms": until.UnixMilli()})
 	writeJSON(w, http.StatusOK, map[string]int64{"paused_until_ms": until.UnixMilli()})
 }
 

@@ -37,13 +37,13 @@ func (s *Server) routeOverrides() {
 func (s *Server) admin(write bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case s.cfg.AdminToken != "":
-			if !hasBearer(r, s.cfg.AdminToken) {
+		case s.hasAdminTokens():
+			if _, ok := s.adminToken(r); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
-				fail(w, answer.Unauthorized, "missing or wrong bearer token: /v1/overrides takes the admin token (--admin-token-file)")
+				fail(w, answer.Unauthorized, "missing or wrong bearer token: %s takes the admin token (--admin-token-file)", r.URL.Path)
 				return
 			}
-		case s.cfg.AuthToken != "":
+		case s.hasAuthTokens():
 			if !s.authorized(r) {
 				s.unauthorized(w)
 				return
@@ -355,15 +355,21 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 
 // audit writes the record of one change through the API: msg "override
 // changed", audit true, action (set or delete), the limit, the match, the
-// override (as the API answered it) and the client's remote address.
+// override (as the API answered it), the actor (the name of the token the
+// request came with, Server.actor) and the client's remote address; and
+// the same change to the audit store (GET /v1/audit, action override_set
+// or override_delete).
 func (s *Server) audit(r *http.Request, action, limit string, match map[string]string, o any) {
 	b, err := json.Marshal(o)
 	if err != nil {
 		b = []byte("null")
 	}
+	actor := s.actor(r)
 	s.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "override changed",
 		slog.Bool("audit", true), slog.String("action", action), slog.String("limit", limit),
-		slog.Any("match", match), slog.Any("override", rawJSON(b)), slog.String("remote_addr", r.RemoteAddr))
+		slog.Any("match", match), slog.Any("override", rawJSON(b)), slog.String("actor", actor), slog.String("remote_addr", r.RemoteAddr))
+	s.storeAudit(r.Context(), s.auditRecord(actor, "override_"+action, r.Method+" "+r.URL.Path, r.RemoteAddr,
+		map[string]any{"limit": limit, "match": match, "override": rawJSON(b)}))
 }
 
 // rawJSON is a JSON value a log record writes as JSON (the JSON handler)

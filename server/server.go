@@ -7,7 +7,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,6 +119,17 @@ type Config struct {
 	// address alone (else 403 forbidden).
 	AdminToken       string
 	LoopbackListener bool
+	// AuthTokens are more tokens AuthToken's endpoints accept, each with
+	// the name the audit log gives its changes; AdminTokens are more
+	// tokens AdminToken's endpoints accept (either list non-empty acts as
+	// its single token does).
+	AuthTokens, AdminTokens []Token
+	// Audit keeps the audit log's records for GET /v1/audit (admin
+	// auth, as /v1/overrides); nil keeps the last AuditKept in this
+	// process (MemoryAudit). redisstore's AuditLog shares them between
+	// instances. Instance names this instance in its records.
+	Audit    AuditStore
+	Instance string
 	// Tracer, when set, makes a span of each /v1/check, /v1/settle and
 	// /v1/auth request (a child of its traceparent), with the decision's
 	// sluice.* attributes (server/trace.go); nil traces nothing and costs
@@ -172,7 +182,8 @@ type Server struct {
 	// Repeated store errors, each message rate-limited (internal/ratelog).
 	checkFailedLog, recordLog, syncLog *ratelog.Message
 	// ovMu serializes the API's override writes with SyncOverridesNow.
-	ovMu sync.Mutex
+	ovMu       sync.Mutex
+	auditStore AuditStore
 }
 
 // New returns a server for cfg.
@@ -198,6 +209,10 @@ func New(cfg Config) (*Server, error) {
 		checkFailedLog: ratelog.New(cfg.Logger, slog.LevelError, "check failed"),
 		recordLog:      ratelog.New(cfg.Logger, slog.LevelError, "lease not recorded: answered without a lease"),
 		syncLog:        ratelog.New(cfg.Logger, slog.LevelWarn, "overrides not synced: the overrides store failed")}
+	if s.auditStore = cfg.Audit; s.auditStore == nil {
+		s.auditStore = NewMemoryAudit(AuditKept)
+	}
+	s.mux.HandleFunc("GET /v1/audit", s.admin(false, s.auditList))
 	if s.book == nil {
 		s.book = book.NewMemory(book.Config{IdempotencyWindow: cfg.IdempotencyWindow, MaxAnswers: cfg.IdempotencyKeys,
 			ReceiptWindow: cfg.ReceiptWindow, MaxReceipts: cfg.MaxReceipts}, nil)
@@ -323,7 +338,7 @@ func fail(w http.ResponseWriter, c answer.Code, format string, args ...any) {
 }
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
-	if s.cfg.AuthToken == "" {
+	if !s.hasAuthTokens() {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -338,15 +353,11 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 // authorized reports whether r carries the bearer token (any case of the
 // scheme, the token compared in constant time); true without a token.
 func (s *Server) authorized(r *http.Request) bool {
-	return s.cfg.AuthToken == "" || hasBearer(r, s.cfg.AuthToken)
-}
-
-// hasBearer reports whether r carries "Authorization: Bearer <want>" (any
-// case of the scheme, the token compared in constant time).
-func hasBearer(r *http.Request, want string) bool {
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	ok := subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(want)) == 1
-	return ok && strings.EqualFold(scheme, "Bearer")
+	if !s.hasAuthTokens() {
+		return true
+	}
+	_, ok := s.authToken(r)
+	return ok
 }
 
 func (s *Server) unauthorized(w http.ResponseWriter) {

@@ -48,7 +48,7 @@ func TestServerTracesChecks(t *testing.T) {
 	}
 	post("/v1/check", `{"descriptors": {"tenant": "a"}}`)
 	ans := post("/v1/check", `{"descriptors": {"tenant": "a"}, "max_wait_ms": 1000}`) // waits ~50 ms
-	post("/v1/check", `{"descriptors": {"tenant": "a"}}`)                            // refused
+	post("/v1/check", `{"descriptors": {"tenant": "a"}}`)                             // refused
 	post("/v1/settle", `{"lease": "`+ans["lease"].(string)+`", "actual_cost": 1}`)
 	checks := rec.Named("POST /v1/check")
 	if len(checks) != 3 {
