@@ -20,6 +20,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
@@ -35,9 +36,10 @@ type controlPlane struct {
 	addr  string
 	gs    *grpc.Server
 
-	mu   sync.Mutex
-	reqs []*discoveryv3.DiscoveryRequest
-	got  chan struct{} // a request arrived
+	mu      sync.Mutex
+	reqs    []*discoveryv3.DiscoveryRequest
+	headers []metadata.MD // of each stream opened
+	got     chan struct{} // a request arrived
 }
 
 // startControlPlane listens on addr ("127.0.0.1:0" for a free port).
@@ -64,6 +66,13 @@ func (cp *controlPlane) listen(addr string) {
 	}
 	cp.addr = ln.Addr().String()
 	srv := serverv3.NewServer(context.Background(), cp.cache, serverv3.CallbackFuncs{
+		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+			md, _ := metadata.FromIncomingContext(ctx)
+			cp.mu.Lock()
+			cp.headers = append(cp.headers, md)
+			cp.mu.Unlock()
+			return nil
+		},
 		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
 			cp.mu.Lock()
 			cp.reqs = append(cp.reqs, req)
@@ -318,6 +327,24 @@ func TestResourceNames(t *testing.T) {
 	c := f.waitApplied()
 	if _, ok := c.Domains["api"]; !ok || len(c.Domains) != 1 {
 		t.Fatalf("domains %v, want only api", c.Domains)
+	}
+}
+
+// TestNodeMetadataAndHeaders: the node's metadata is in the requests, the
+// headers in the stream's metadata.
+func TestNodeMetadataAndHeaders(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	cp.push("n", "1", conf("a", "web", limited("user", 1)))
+	f := follow(t, xds.Options{ServerURL: cp.addr, NodeID: "n", NodeMetadata: map[string]string{"zone": "eu-1"}, Headers: map[string]string{"x-team": "red"}})
+	f.waitApplied()
+	req := cp.waitRequest(func(*discoveryv3.DiscoveryRequest) bool { return true })
+	if z := req.GetNode().GetMetadata().GetFields()["zone"].GetStringValue(); z != "eu-1" {
+		t.Errorf("node metadata zone %q, want eu-1", z)
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if len(cp.headers) == 0 || len(cp.headers[0].Get("x-team")) != 1 || cp.headers[0].Get("x-team")[0] != "red" {
+		t.Errorf("stream metadata %v, want x-team: red", cp.headers)
 	}
 }
 
