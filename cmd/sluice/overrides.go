@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -57,14 +56,9 @@ func (c *overridesCmd) AfterApply(ctx *kong.Context) error {
 // client is the ovClient of c's flags (reading --token-file).
 func (c *overridesCmd) client() (*ovClient, error) {
 	cl := &ovClient{base: strings.TrimRight(c.URL, "/"), http: &http.Client{Timeout: c.Timeout}}
-	if c.TokenFile != "" {
-		b, err := os.ReadFile(c.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		if cl.token = strings.TrimSpace(string(b)); cl.token == "" {
-			return nil, fmt.Errorf("--token-file %s is empty", c.TokenFile)
-		}
+	var err error
+	if cl.token, err = clientToken("--token-file", c.TokenFile); err != nil {
+		return nil, err
 	}
 	return cl, nil
 }

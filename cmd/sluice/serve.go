@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -187,11 +186,11 @@ func (c serveCmd) Run(e *env) error {
 	if err := s.loadConfig(); err != nil {
 		return err
 	}
-	token, err := c.authToken()
+	tokens, err := c.authTokens()
 	if err != nil {
 		return err
 	}
-	if s.ov.adminToken, err = c.adminToken(); err != nil {
+	if s.ov.adminTokens, err = c.adminTokens(); err != nil {
 		return err
 	}
 	tlsCfg, err := c.loadTLS()
@@ -223,10 +222,11 @@ func (c serveCmd) Run(e *env) error {
 		return err
 	}
 	defer s.stopOverrides() // (after the servers have drained)
-	srv, err := s.newServer(st, shared, reg, token)
+	srv, err := s.newServer(st, shared, reg, tokens)
 	if err != nil {
 		return err
 	}
+	s.srv = srv
 	ln, gln, err := c.listen()
 	if err != nil {
 		return err
@@ -353,6 +353,7 @@ type service struct {
 	reg                   *prometheus.Registry // /metrics's
 	ov                    overrideState        // policy mode's overrides
 	otel                  *otelState           // --otel's; nil without
+	srv                   *server.Server       // the HTTP service (its audit log)
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -381,22 +382,6 @@ func (s *service) loadConfig() error {
 	return nil
 }
 
-// authToken reads --auth-token-file ("" when not given).
-func (c serveCmd) authToken() (string, error) {
-	if c.AuthTokenFile == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(c.AuthTokenFile)
-	if err != nil {
-		return "", fmt.Errorf("--auth-token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", errors.New("--auth-token-file: the file is empty")
-	}
-	return token, nil
-}
-
 // registry is the Prometheus registry of /metrics, with the Go and
 // process collectors and the reload counters.
 func (s *service) registry() *prometheus.Registry {
@@ -412,7 +397,7 @@ func (s *service) registry() *prometheus.Registry {
 }
 
 // newServer makes the limiter (policy mode) and the HTTP/JSON server.
-func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.Registry, token string) (*server.Server, error) {
+func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.Registry, tokens []server.Token) (*server.Server, error) {
 	c := s.c
 	var keys *server.Keys
 	if s.p != nil {
@@ -437,10 +422,10 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 		bk = failover.NewBook(shared.failover, redisstore.NewBook(shared.redis, bookCfg), bookCfg)
 	}
 	cfg := server.Config{
-		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthToken: token, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
+		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthTokens: tokens, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
 		MaxWaiting: c.MaxWaiting, IdempotencyWindow: c.Idempotency, ReceiptWindow: c.ReceiptWindow, MaxReceipts: c.MaxReceipts,
 		Book: bk, Logger: s.log, Ready: shared.ready, ReadyRequiresStore: c.ReadyRequiresStore, Keys: keys,
-		Tracer: s.tracer(),
+		Tracer: s.tracer(), Audit: s.auditStore(shared), Instance: instanceName(c.HTTP),
 	}
 	if shared.ready != nil {
 		cfg.StoreMode = c.OnStoreError

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,10 +54,10 @@ type overrideState struct {
 	store overrides.Store
 	// fromPolicy are the policy file's own overrides, read with it
 	// (loadConfig), put in the Set when it is made.
-	fromPolicy []overrides.Override
-	adminToken string // --admin-token-file's
-	stop       context.CancelFunc
-	done       sync.WaitGroup
+	fromPolicy  []overrides.Override
+	adminTokens []server.Token // --admin-token-file's
+	stop        context.CancelFunc
+	done        sync.WaitGroup
 }
 
 // readPolicyOverrides reads the overrides the policy file p lists (its
@@ -111,7 +109,7 @@ func (s *service) overrideConfig(cfg *server.Config) {
 	if s.ov.set == nil {
 		return
 	}
-	cfg.Overrides, cfg.OverrideStore, cfg.AdminToken = s.ov.set, s.ov.store, s.ov.adminToken
+	cfg.Overrides, cfg.OverrideStore, cfg.AdminTokens = s.ov.set, s.ov.store, s.ov.adminTokens
 	cfg.LoopbackListener = loopbackAddr(s.c.HTTP)
 }
 
@@ -147,23 +145,6 @@ func (s *service) reloadOverrides(np *policy.Policy, fromPolicy []overrides.Over
 	for _, err := range s.ov.set.SetPolicy(np, fromPolicy) {
 		s.log.Warn("override not in force under the new policy", "error", err.Error())
 	}
-}
-
-// adminToken reads --admin-token-file ("" when not given), as authToken
-// reads --auth-token-file.
-func (c serveCmd) adminToken() (string, error) {
-	if c.AdminTokenFile == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(c.AdminTokenFile)
-	if err != nil {
-		return "", fmt.Errorf("--admin-token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", errors.New("--admin-token-file: the file is empty")
-	}
-	return token, nil
 }
 
 // loopbackAddr reports whether a listen address (--http) is on loopback

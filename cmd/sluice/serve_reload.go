@@ -43,6 +43,7 @@ func (s *service) reload(why string) {
 		return
 	}
 	s.last = src
+	old := s.lim.Policy()
 	np, err := policy.Parse(src)
 	var fromPolicy []overrides.Override
 	if err == nil {
@@ -62,6 +63,7 @@ func (s *service) reload(why string) {
 	s.reloads.Inc()
 	s.noteReload(nil)
 	s.log.Info("policy reloaded", "reason", why, "policy_version", np.Version, "limits", len(np.Limits))
+	s.auditReload(why, old, np)
 }
 
 // reloadEnvoy is reload in Envoy-config mode.
@@ -92,7 +94,9 @@ func (s *service) reloadEnvoy(why string) {
 	if s.svc != nil {
 		s.svc.SetConfig(nc)
 	}
+	oldVersion := s.envoy.Load().version
 	s.envoy.Store(es)
+	s.auditEnvoyReload(why, oldVersion, es.version)
 	s.reloads.Inc()
 	s.log.Info("envoy config reloaded", "reason", why, "policy_version", es.version, "domains", len(nc.Domains))
 }

@@ -56,13 +56,9 @@ type topAnswer struct {
 }
 
 func (c topCmd) Run(e *env) error {
-	token := ""
-	if c.TokenFile != "" {
-		b, err := os.ReadFile(c.TokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := clientToken("--token-file", c.TokenFile)
+	if err != nil {
+		return err
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	get := func(path string, v any) error {
