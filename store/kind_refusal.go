@@ -52,10 +52,12 @@ func (k Kind) RefusalsHold() bool {
 // or s has a penalty box (BlockFor: the refusal then reports the later of
 // the block's end and what the kind alone would decide, which may turn
 // from a refusal to an admission meanwhile, and the decision does not say
-// which), or a token bucket's figures hang on the nanosecond the store
-// rounded its wait to (a token due within it; a larger cost whose extra
-// refill is not a whole number of nanoseconds). Else its figures are the
-// store's, exactly.
+// which), or a token bucket's Remaining hangs on the nanosecond the store
+// rounded its wait to (a token due within it). Else its figures are the
+// store's, but for a token bucket whose token is not a whole number of
+// nanoseconds, whose RetryAfter may be a nanosecond short of the store's:
+// for a larger cost than the one refused (the wait for cost and the refill
+// of the difference, rounded down), or after a refusal told by RefusedNext.
 func (s *Spec) RefusedAfter(dec sluice.Decision, cost, later int64, elapsed time.Duration) (sluice.Decision, bool) {
 	r, ok := kinds[s.Kind].alg.(refuser)
 	if !ok || s.BlockFor > 0 || dec.Allowed || elapsed < 0 || elapsed >= dec.RetryAfter || later < cost || cost <= 0 {
@@ -69,12 +71,15 @@ func (s *Spec) RefusedAfter(dec sluice.Decision, cost, later int64, elapsed time
 // decision after the admission), when that is a refusal: the key has less
 // than cost left (dec.Remaining < cost). ok is false when the next request
 // would be admitted, or the kind's refusals do not hold (as for
-// RefusedAfter, and under a penalty box), or, for a token bucket, the
-// refill of the capacity beyond cost is not a whole number of nanoseconds:
-// its RetryAfter is derived from its ResetAfter (the wait for cost is the
-// wait to full less that refill time), exactly when that time is whole
-// (any rate that divides a second into whole nanoseconds per token, and
-// others at some costs).
+// RefusedAfter, and under a penalty box). A token bucket's RetryAfter is
+// derived from its ResetAfter (the wait for cost is the wait to full less
+// the time to refill the capacity beyond cost): exact when that time is a
+// whole number of nanoseconds (every rate whose token is a whole number of
+// them: 1, 2, 4, 5, 10, 20, 25, 50, 100, 1000... a second, most rates a
+// minute), else possibly a nanosecond short of the store's (which of its
+// two possible values the store's own rounding gave is not in the
+// decision; the earlier is told, so that a refusal is never held past the
+// store's).
 func (s *Spec) RefusedNext(dec sluice.Decision, cost int64) (sluice.Decision, bool) {
 	r, ok := kinds[s.Kind].alg.(refuser)
 	if !ok || s.BlockFor > 0 || !dec.Allowed || cost <= 0 || dec.Remaining >= cost || dec.ResetAfter <= 0 {
@@ -84,24 +89,27 @@ func (s *Spec) RefusedNext(dec sluice.Decision, cost int64) (sluice.Decision, bo
 }
 
 func (bucketKind) refusedNext(sp *Spec, dec sluice.Decision, cost int64) (sluice.Decision, bool) {
-	k, ok := refillNanos(&sp.Bucket, sp.Bucket.Limit().Capacity-cost)
+	k, whole, ok := refillNanos(&sp.Bucket, sp.Bucket.Limit().Capacity-cost)
+	if !whole {
+		k++ // (the store's wait is one of two: the earlier)
+	}
 	if !ok || k >= int64(dec.ResetAfter) {
 		return sluice.Decision{}, false
 	}
 	return sluice.Decision{Remaining: dec.Remaining, RetryAfter: dec.ResetAfter - time.Duration(k), ResetAfter: dec.ResetAfter}, true
 }
 
-// refillNanos is the time p takes to refill n tokens, when it is a whole
-// number of nanoseconds (n·Unit·Den/Num); ok false when it is not (or
-// does not fit).
-func refillNanos(p *bucket.Params, n int64) (int64, bool) {
+// refillNanos is the time p takes to refill n tokens (n·Unit·Den/Num ns),
+// rounded down, whether it is a whole number of nanoseconds, and whether
+// it fits.
+func refillNanos(p *bucket.Params, n int64) (ns int64, whole, ok bool) {
 	num, den, _ := p.Ratio()
 	hi, lo := bits.Mul64(uint64(n*p.Unit()), den) // (n·Unit is within the capacity's units)
 	if hi >= num {
-		return 0, false
+		return 0, false, false
 	}
 	q, r := bits.Div64(hi, lo, num)
-	return int64(q), r == 0 && q <= math.MaxInt64
+	return int64(q), r == 0, q < math.MaxInt64
 }
 
 func (fixedKind) refusedNext(_ *Spec, dec sluice.Decision, _ int64) (sluice.Decision, bool) {
@@ -132,7 +140,7 @@ func (bucketKind) refusedAfter(sp *Spec, dec sluice.Decision, cost, later int64,
 	if later > cost {
 		// The wait for later is the wait for cost and the refill of the
 		// difference, when that is a whole number of nanoseconds.
-		k, ok := refillNanos(p, later-cost)
+		k, _, ok := refillNanos(p, later-cost) // (rounded down: see RefusedAfter)
 		if !ok || k > math.MaxInt64-int64(left) {
 			return sluice.Decision{}, false
 		}
@@ -149,7 +157,7 @@ func missingTokens(p *bucket.Params, left int64) (int64, bool) {
 	if left <= 0 {
 		return 0, true
 	}
-	if tau, ok := refillNanos(p, 1); ok && tau > 0 {
+	if tau, whole, ok := refillNanos(p, 1); whole && ok && tau > 0 {
 		return (left-1)/tau + 1, true // (whole: no j·τ strictly between left-1 and left)
 	}
 	num, den, _ := p.Ratio()

@@ -21,7 +21,17 @@
 //   - Its answer is the one the store would give if nothing else happened
 //     to the key (store.Spec.RefusedAfter): refused, RetryAfter and
 //     ResetAfter counted down from the store's, Remaining what has been
-//     refilled since, Wait and RefundBefore 0, no slots.
+//     refilled since, Wait and RefundBefore 0, no slots; under a rate whose
+//     token is not a whole number of nanoseconds its RetryAfter may be a
+//     nanosecond short of the store's (never longer). When a figure hangs
+//     on the store's rounding it asks the store.
+//   - It keeps the store's single-item refusals, and the refusal a
+//     single-item admission implies for the next request of its cost (it
+//     left less than that: store.Spec.RefusedNext), so that a flood costs
+//     the store about one call per refill of the cost, the admission's.
+//     When a refusal ends, the requests for its key wait for the first
+//     one's store call, whose answer most often refuses them too, rather
+//     than each calling.
 //   - A return of budget through this wrapper (an Adjust returning tokens,
 //     a settle below the estimate, a cancelled booking, a lease's unspent
 //     tokens) drops the key's refusal first, and a refusal the store gave
@@ -92,13 +102,17 @@ type Store struct {
 }
 
 type shard struct {
-	mu    sync.Mutex
-	m     map[string]*entry
-	head  *entry // oldest
-	tail  *entry // newest
-	cap   int
-	epoch uint64 // moved by every return of budget to one of its keys
-	_     [32]byte
+	mu sync.Mutex
+	m  map[string]*entry
+	// flights are the keys whose refusal ended and whose store call is
+	// under way: a request for one waits for its answer (which most often
+	// refuses it too) rather than joining a herd of calls.
+	flights map[string]chan struct{}
+	head    *entry // oldest
+	tail    *entry // newest
+	cap     int
+	epoch   uint64 // moved by every return of budget to one of its keys
+	_       [32]byte
 }
 
 // entry is one key's refusal.
@@ -201,27 +215,64 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}
 	it := &items[0]
 	sh := s.shardOf(it.Key)
-	now := s.now()
-	sh.mu.Lock()
-	if e := sh.m[it.Key]; e != nil {
-		switch {
-		case !sameSpec(e.spec, it.Spec) || !sameSpec(e.base, it.Base):
-			s.dropLocked(sh, e) // decided under another spec from now on
-			s.dropped.Add(1)
-		case now >= e.deadline:
-			s.dropLocked(sh, e)
-		case it.Cost >= e.cost && e.deadline-now > s.maxWait(it):
-			if dec, ok := e.spec.RefusedAfter(e.dec, e.cost, it.Cost, time.Duration(now-e.at)); ok {
-				e.hits.Add(1)
-				sh.mu.Unlock()
-				s.hits.Add(1)
-				it.Decision, it.RefundBefore, it.Wait = dec, 0, 0
-				return store.Result{}, nil
+	for waited := false; ; waited = true {
+		now := s.now()
+		sh.mu.Lock()
+		expired := false
+		if e := sh.m[it.Key]; e != nil {
+			switch {
+			case !sameSpec(e.spec, it.Spec) || !sameSpec(e.base, it.Base):
+				s.dropLocked(sh, e) // decided under another spec from now on
+				s.dropped.Add(1)
+			case now >= e.deadline:
+				s.dropLocked(sh, e)
+				expired = true
+			case it.Cost >= e.cost && e.deadline-now > s.maxWait(it):
+				if dec, ok := e.spec.RefusedAfter(e.dec, e.cost, it.Cost, time.Duration(now-e.at)); ok {
+					e.hits.Add(1)
+					sh.mu.Unlock()
+					s.hits.Add(1)
+					it.Decision, it.RefundBefore, it.Wait = dec, 0, 0
+					return store.Result{}, nil
+				}
 			}
 		}
+		if f := sh.flights[it.Key]; f != nil && !waited {
+			// A refusal of this key has just ended and the store is being
+			// asked: its answer tells this request too, most often.
+			sh.mu.Unlock()
+			select {
+			case <-f:
+			case <-ctx.Done():
+				return store.Result{}, ctx.Err()
+			}
+			continue
+		}
+		var f chan struct{}
+		if expired && sh.flights[it.Key] == nil {
+			f = make(chan struct{})
+			if sh.flights == nil {
+				sh.flights = map[string]chan struct{}{}
+			}
+			sh.flights[it.Key] = f
+		}
+		epoch := sh.epoch
+		sh.mu.Unlock()
+		r, err := s.take(ctx, items, sh, epoch, now)
+		if f != nil {
+			sh.mu.Lock()
+			delete(sh.flights, it.Key)
+			sh.mu.Unlock()
+			close(f)
+		}
+		return r, err
 	}
-	epoch := sh.epoch
-	sh.mu.Unlock()
+}
+
+// take decides a single-item request on the wrapped store, sent at now
+// (epoch read before), and keeps the refusal its answer tells.
+func (s *Store) take(ctx context.Context, items []store.Item, sh *shard, epoch uint64, now int64) (store.Result, error) {
+	it := &items[0]
 	r, err := s.inner.Take(ctx, items)
 	switch {
 	case err != nil:
