@@ -45,7 +45,8 @@
 //   - It holds at most N refusals (New): at N a new one evicts expired ones
 //     first, then the oldest, in O(1).
 //
-// Peeks, Adjust, Release, Renew and Ping go to the wrapped store.
+// Peeks, Adjust, AdjustRelease, Release, Renew and Ping go to the wrapped
+// store.
 package refusal
 
 import (
@@ -432,6 +433,20 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 	}
 	s.forget(adj)
 	err := s.inner.Adjust(ctx, adj)
+	s.forget(adj)
+	return err
+}
+
+// AdjustRelease implements store.AdjustReleaser: Adjust's adjustments,
+// with their keys' refusals dropped as Adjust drops them, and the release
+// of slots, in one call when the wrapped store is an AdjustReleaser
+// (store.AdjustRelease).
+func (s *Store) AdjustRelease(ctx context.Context, adj []store.Adjustment, slots store.Slots) error {
+	if s.shards[0].cap < 1 {
+		return store.AdjustRelease(ctx, s.inner, adj, slots)
+	}
+	s.forget(adj)
+	err := store.AdjustRelease(ctx, s.inner, adj, slots)
 	s.forget(adj)
 	return err
 }

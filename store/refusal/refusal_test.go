@@ -314,3 +314,24 @@ func TestConcurrent(t *testing.T) {
 	}
 	t.Logf("%d decisions in %v: %d store calls, %d hits, %d admitted", 8*3000, time.Since(start), inner.takes.Load(), s.Stats().Hits, admitted.Load())
 }
+
+// AdjustRelease returns tokens (and frees slots) in one call of the
+// wrapped store, and drops the key's refusal as Adjust does.
+func TestAdjustReleaseDropsTheRefusal(t *testing.T) {
+	s, inner, _ := setup(t, 100)
+	var _ store.AdjustReleaser = s
+	sp := mustSpec(t, bucketLimit(4, 0.001))
+	it := store.Item{Key: "a:1", Spec: sp, Cost: 4}
+	_, got := take1(t, s, it)
+	take1(t, s, it)
+	if s.Len() != 1 {
+		t.Fatalf("entries %d", s.Len())
+	}
+	if err := store.AdjustRelease(context.Background(), s, []store.Adjustment{{Key: "a:1", Spec: sp, Delta: -4, RefundBefore: got.RefundBefore}}, store.Slots{}); err != nil {
+		t.Fatal(err)
+	}
+	before := inner.takes.Load()
+	if r, _ := take1(t, s, it); !r.Allowed || inner.takes.Load() != before+1 {
+		t.Fatal("rule: after a return through AdjustRelease the store decides (and admits)")
+	}
+}
