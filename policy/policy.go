@@ -127,6 +127,11 @@ type Limit struct {
 	// and evicts none at a store's key cap). Empty: no gate.
 	NewKeyGate string
 
+	// Unit is what the limit counts (unit): "" (requests, each request's
+	// cost), UnitTokens, UnitInputTokens, UnitOutputTokens or UnitUSD
+	// (micro-dollars at the policy's Prices). See CountsUsage.
+	Unit string
+
 	// Line is where the limit starts in the file.
 	Line int
 
@@ -181,6 +186,9 @@ type Policy struct {
 	// descriptor is not admitted unlimited. Forward-auth and the Envoy
 	// mode admit such requests whatever it says.
 	AllowUnmatched bool
+	// Prices are the prices of model calls (prices, default_price) that
+	// limits with unit usd count; nil when the file has neither.
+	Prices *Prices
 	// Version is a hash of the file's content (sha256, first 16 hex digits).
 	Version string
 	// Source is the file's text.

@@ -59,7 +59,7 @@ func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 }
 
 // topFields are the fields of the top-level mapping.
-var topFields = []string{"limits", "costs", "redact", "request_descriptors", "allow_unmatched", "overrides"}
+var topFields = []string{"limits", "costs", "redact", "request_descriptors", "allow_unmatched", "overrides", "prices", "default_price"}
 
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
@@ -78,6 +78,10 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 			p.Redact, redact = v.redact(f.val), f.val
 		case "request_descriptors":
 			request = f.val
+		case "prices":
+			v.prices(f.val, p)
+		case "default_price":
+			v.defaultPrice(f.val, p)
 		case "overrides":
 			// Read and validated by the overrides package (FromPolicy),
 			// which sluice serve and sluice check call on every load.
@@ -102,6 +106,7 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 	}
 	v.checkCosts(p)
 	v.checkGates(p)
+	v.checkPrices(p)
 }
 
 func (v *validator) limits(n *yaml.Node, p *Policy) {
@@ -185,7 +190,7 @@ func (v *validator) checkRedact(n *yaml.Node, p *Policy) {
 func (v *validator) checkCosts(p *Policy) {
 	for _, c := range p.Costs {
 		for _, l := range p.Limits {
-			if !l.Kind.HoldsSlots() && c.Cost > l.Capacity() && alwaysHits(c.When, l) {
+			if !l.Kind.HoldsSlots() && !l.CountsUsage() && c.Cost > l.Capacity() && alwaysHits(c.When, l) {
 				v.add(&Error{Line: c.costLine, Column: c.costColumn, Field: "cost", Msg: fmt.Sprintf(
 					"cost %d exceeds the capacity %d of limit %q (line %d), which every request of this class hits: they could never be admitted",
 					c.Cost, l.Capacity(), l.Name, l.Line)})
@@ -319,6 +324,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 	f := v.limitFields(n)
 	l := &Limit{Line: n.Line}
 	f.common(l)
+	f.unit(l) // (before the kind reads a usd limit's dollars)
 	kind, known := f.kind()
 	l.Kind = kind
 	if known {
