@@ -56,20 +56,32 @@ chmod 1777 "$rootfs/tmp"
 
 # The binary. In a git checkout Go records the revision, its time and
 # whether the tree was modified (-buildvcs=true beats a GOFLAGS
-# -buildvcs=false); elsewhere only SLUICE_VERSION, if given, is recorded.
+# -buildvcs=false). Go looks for a .git directory only: in a worktree or a
+# submodule (.git a file) the revision and a pseudo-version are given by -X
+# instead. Outside git only SLUICE_VERSION, if given, is recorded.
 buildvcs=false
 revision=unknown
+ldflags="-s -w"
+xversion=${SLUICE_VERSION:-}
 created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 if git -C "$root" rev-parse --verify -q HEAD >/dev/null 2>&1; then
-	buildvcs=true
 	revision=$(git -C "$root" rev-parse HEAD)
+	dirty=""
 	if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
-		revision+="-modified"
+		dirty="+dirty"
 	fi
+	if [[ -d $(git -C "$root" rev-parse --show-toplevel)/.git ]]; then
+		buildvcs=true
+	else
+		ldflags+=" -X main.revision=$revision"
+		if [[ -z $xversion ]]; then
+			xversion=v0.0.0-$(TZ=UTC git -C "$root" log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S)-${revision:0:12}$dirty
+		fi
+	fi
+	[[ -z $dirty ]] || revision+="-modified"
 fi
-ldflags="-s -w"
-if [[ -n ${SLUICE_VERSION:-} ]]; then
-	ldflags+=" -X main.version=$SLUICE_VERSION"
+if [[ -n $xversion ]]; then
+	ldflags+=" -X main.version=$xversion"
 fi
 (cd "$root" && CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=$buildvcs -ldflags "$ldflags" \
 	-o "$rootfs/sluice" ./cmd/sluice) >&2

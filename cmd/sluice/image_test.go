@@ -353,7 +353,7 @@ func imageFiles(t *testing.T, p podman, image, name string) {
 func imageVersion(t *testing.T, p podman, image, head string) {
 	out := p.out(t, append(append([]string{"run", "--rm"}, podmanRun...), "--read-only", image, "version")...)
 	t.Logf("sluice version in the image: %s", strings.TrimSpace(out))
-	if !regexp.MustCompile(`^sluice v\S+ \(revision [0-9a-f]{12}, `).MatchString(out) {
+	if !regexp.MustCompile(`^sluice v\S+ \(revision [0-9a-f]{12}[,)]`).MatchString(out) {
 		t.Fatalf("sluice version: %q, want a version and a revision", out)
 	}
 	if len(head) >= 12 && !strings.Contains(out, "revision "+head[:12]) {

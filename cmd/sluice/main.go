@@ -194,7 +194,7 @@ func (versionCmd) Run(e *env) error {
 // and "modified" (uncommitted changes) when the build recorded them.
 func versionString() string {
 	bi, _ := debug.ReadBuildInfo()
-	return formatVersion(version, bi)
+	return formatVersion(version, withRevision(bi, revision))
 }
 
 // formatVersion is versionString of an -X main.version value and build info
