@@ -85,7 +85,7 @@ podAntiAffinity: hard
 	if strings.Contains(r.manifest, "hunter2") {
 		t.Error("the Redis password is in the manifest in the clear")
 	}
-	if !strings.Contains(strings.Join(r.container().Args, " "), "--on-store-error local") {
+	if !strings.Contains(strings.Join(r.container().Args, " "), "--on-store-error local --store-prefix sluice: --instances 3") {
 		t.Errorf("args %v", r.container().Args)
 	}
 	if r.deploy.Spec.Template.Annotations["checksum/secret"] == "" {
@@ -182,6 +182,9 @@ policy:
 	}
 	if r.deploy.Spec.Replicas != nil {
 		t.Errorf("replicas %d beside an HPA", *r.deploy.Spec.Replicas)
+	}
+	if args := strings.Join(r.container().Args, " "); strings.Contains(args, "--instances") {
+		t.Errorf("--instances under fail_open: %s", args)
 	}
 	h := r.hpa.Spec
 	if h.ScaleTargetRef.Kind != "Deployment" || h.ScaleTargetRef.Name != r.deploy.Name || *h.MinReplicas != 2 || h.MaxReplicas != 6 || len(h.Metrics) != 2 {
