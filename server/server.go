@@ -163,8 +163,8 @@ func (s *Server) AuthHandlerClientCert() http.Handler {
 // authMux is the forward-auth mux, /v1/auth guarded by guard.
 func (s *Server) authMux(guard func(http.HandlerFunc) http.HandlerFunc) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/auth", s.traced(guard(s.forwardAuth)))
-	mux.HandleFunc("POST /v1/auth", s.traced(guard(s.forwardAuth)))
+	mux.HandleFunc("GET /v1/auth", s.traced("GET /v1/auth", guard(s.forwardAuth)))
+	mux.HandleFunc("POST /v1/auth", s.traced("POST /v1/auth", guard(s.forwardAuth)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, answer.NotFound, "this address serves /v1/auth only (--auth-listen)")
@@ -243,15 +243,15 @@ func New(cfg Config) (*Server, error) {
 		s.routeOverrides()
 	}
 	if cfg.Limiter != nil {
-		s.mux.HandleFunc("POST /v1/check", s.traced(s.auth(s.check)))
+		s.mux.HandleFunc("POST /v1/check", s.traced("POST /v1/check", s.auth(s.check)))
 		s.mux.HandleFunc("POST /v1/release", s.auth(s.release))
-		s.mux.HandleFunc("POST /v1/settle", s.traced(s.auth(s.settle)))
+		s.mux.HandleFunc("POST /v1/settle", s.traced("POST /v1/settle", s.auth(s.settle)))
 		s.mux.HandleFunc("POST /v1/pause", s.auth(s.pause))
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
 		s.mux.HandleFunc("GET /v1/top", s.auth(s.top))
 		s.mux.HandleFunc("GET /v1/stats", s.auth(s.stats))
-		s.mux.HandleFunc("GET /v1/auth", s.traced(s.auth(s.forwardAuth)))
-		s.mux.HandleFunc("POST /v1/auth", s.traced(s.auth(s.forwardAuth)))
+		s.mux.HandleFunc("GET /v1/auth", s.traced("GET /v1/auth", s.auth(s.forwardAuth)))
+		s.mux.HandleFunc("POST /v1/auth", s.traced("POST /v1/auth", s.auth(s.forwardAuth)))
 		// The live page: one embedded file, no external resources; its
 		// reads of /v1/stats and /v1/top carry the token (the page itself
 		// holds no data).

@@ -13,28 +13,36 @@ import (
 	"github.com/sluicehq/sluice/tracing"
 )
 
-// traced wraps h in a span named "<METHOD> <path>" (a child of the
+// traced wraps h in a span named name ("<METHOD> <path>", a child of the
 // request's traceparent) when the server has a Tracer; without one it is
-// h itself.
-func (s *Server) traced(h http.HandlerFunc) http.HandlerFunc {
+// h itself. A span the sampler drops ends at once, and the request is
+// served as without a Tracer (its refusal's log record then has no
+// trace_id).
+func (s *Server) traced(name string, h http.HandlerFunc) http.HandlerFunc {
 	t := s.cfg.Tracer
 	if t == nil {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, sp := t.Start(r.Context(), r.Method+" "+r.URL.Path, tracing.Server, r.Header)
+		ctx, sp := t.Start(r.Context(), name, tracing.Server, r.Header)
+		if !sp.Recording() {
+			// Not sampled: nothing to record here or below (the store's
+			// spans would not be sampled either), so the request goes on
+			// as it came, without the span's context.
+			sp.End()
+			h(w, r)
+			return
+		}
 		sw := &statusWriter{ResponseWriter: w}
 		h(sw, r.WithContext(ctx))
-		if sp.Recording() {
-			status := sw.status
-			if status == 0 {
-				status = http.StatusOK
-			}
-			sp.SetAttributes(tracing.String("http.request.method", r.Method), tracing.String("url.path", r.URL.Path),
-				tracing.Int("http.response.status_code", int64(status)))
-			if status >= 500 {
-				sp.SetError(strconv.Itoa(status))
-			}
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		sp.SetAttributes(tracing.String("http.request.method", r.Method), tracing.String("url.path", r.URL.Path),
+			tracing.Int("http.response.status_code", int64(status)))
+		if status >= 500 {
+			sp.SetError(strconv.Itoa(status))
 		}
 		sp.End()
 	}

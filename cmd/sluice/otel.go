@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -196,17 +197,51 @@ func (o *otelTracer) Start(ctx context.Context, name string, kind tracing.Kind, 
 		k = otelKinds[kind]
 	}
 	ctx, sp := o.t.Start(ctx, name, trace.WithSpanKind(k))
+	if !sp.IsRecording() {
+		// Not sampled: the caller records nothing on it, so no span of
+		// ours wraps it (the context still carries OpenTelemetry's, for
+		// propagation).
+		return ctx, unsampled{}
+	}
 	s := &otelSpan{sp: sp}
 	return tracing.NewContext(ctx, s), s
 }
+
+// unsampled is the span of a trace the sampler dropped: it records
+// nothing, and its ids are not given (no trace_id in log records).
+type unsampled struct{}
+
+func (unsampled) Recording() bool                  { return false }
+func (unsampled) SetAttributes(...tracing.Attr)    {}
+func (unsampled) AddEvent(string, ...tracing.Attr) {}
+func (unsampled) SetError(string)                  {}
+func (unsampled) IDs() (string, string)            { return "", "" }
+func (unsampled) End()                             {}
 
 // textCarrier reads a tracing.Carrier as OpenTelemetry's TextMapCarrier
 // (extraction only).
 type textCarrier struct{ c tracing.Carrier }
 
-func (t textCarrier) Get(key string) string { return t.c.Get(key) }
-func (t textCarrier) Set(string, string)    {}
-func (t textCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+func (t textCarrier) Get(key string) string {
+	if h, ok := t.c.(http.Header); ok { // (without canonicalizing the key each time)
+		switch key {
+		case "traceparent":
+			return first(h["Traceparent"])
+		case "tracestate":
+			return first(h["Tracestate"])
+		}
+	}
+	return t.c.Get(key)
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+func (t textCarrier) Set(string, string) {}
+func (t textCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
 
 // otelSpan is a tracing.Span of an OpenTelemetry span.
 type otelSpan struct{ sp trace.Span }

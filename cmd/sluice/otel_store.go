@@ -18,7 +18,7 @@ import (
 // and so on, with sluice.store.items, sluice.store.latency_ms and, while
 // the failover circuit is open, sluice.store.degraded and
 // sluice.fail_mode (the on_store_error modes the items fell back to).
-// Calls without a span in their context go straight to st. Without
+// Calls without a sampled span in their context go straight to st. Without
 // --otel st is returned as it is.
 func (s *service) traceStore(st store.Store, fo *failover.Store, defaultMode string) store.Store {
 	t := s.tracer()
@@ -50,8 +50,8 @@ type tracedStore struct {
 // start begins a store call's span under ctx's, or reports false when ctx
 // has none (the call is not traced).
 func (s *tracedStore) start(ctx context.Context, name string, n int) (context.Context, tracing.Span, time.Time, bool) {
-	if tracing.FromContext(ctx) == nil {
-		return ctx, nil, time.Time{}, false
+	if p := tracing.FromContext(ctx); p == nil || !p.Recording() {
+		return ctx, nil, time.Time{}, false // (a child of an unsampled span would not be sampled)
 	}
 	ctx, sp := s.t.Start(ctx, name, tracing.Client, nil)
 	if sp.Recording() {
