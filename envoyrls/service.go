@@ -371,6 +371,7 @@ func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus
 	}
 	l := a.node.Limit
 	if l.Unlimited {
+		st.LimitRemaining = math.MaxUint32 // as the reference answers an unlimited descriptor
 		return st, lim, false
 	}
 	st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}

@@ -285,6 +285,10 @@ func (rs *rlSettings) readStore(r *envReader, args []string) []string {
 		r.errs = append(r.errs, fmt.Errorf("REDIS_URL=%q: give host:port (host1:port,host2:port for a cluster), as the reference takes it", addr))
 	}
 	args = append(args, "--store="+u.String())
+	if d := r.get("REDIS_TIMEOUT"); d != "" {
+		r.duration("REDIS_TIMEOUT", 0)
+		args = append(args, "--store-timeout="+d)
+	}
 	if n := r.get("REDIS_POOL_SIZE"); n != "" {
 		args = append(args, "--store-pool-size="+n)
 	}

@@ -197,9 +197,14 @@ func (h *rlHooks) handler(s *service, inner http.Handler) http.Handler {
 		if err == nil {
 			err = protojson.Unmarshal(body, &req)
 		}
+		svc := h.svc.Load()
+		if svc == nil {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
 		var resp *rls.RateLimitResponse
 		if err == nil {
-			resp, err = s.svc.ShouldRateLimit(r.Context(), &req)
+			resp, err = svc.ShouldRateLimit(r.Context(), &req)
 		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -269,7 +274,7 @@ func (h *rlHooks) start(s *service, run *running) error {
 	}
 	debug.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, dumpConfig(s.svc.Config()))
+		io.WriteString(w, dumpConfig(h.svc.Load().Config()))
 	})
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
 	debug.Handle("/stats", metrics)

@@ -68,6 +68,7 @@ func rlEnv(t *testing.T, root, redisAddr string) map[string]string {
 	}
 	if redisAddr != "" {
 		env["BACKEND_TYPE"], env["REDIS_SOCKET_TYPE"], env["REDIS_URL"] = "redis", "tcp", redisAddr
+		env["REDIS_TIMEOUT"] = "5s" // (the reference's is 10 s; sluice's 250 ms could fail over on a loaded machine)
 	}
 	return env
 }
@@ -111,7 +112,16 @@ func startRatelimit(t *testing.T, env map[string]string) *rlProc {
 		}
 		p.done <- cmd.Wait()
 	}()
-	t.Cleanup(func() { cmd.Process.Kill() })
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+		switch {
+		case strings.Contains(p.log(), "DATA RACE"): // (a binary built with -race: $SLUICE_BIN)
+			t.Errorf("sluice ratelimit raced:\n%s", p.log())
+		case t.Failed():
+			t.Logf("sluice ratelimit's log:\n%s", p.log())
+		}
+	})
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		select {

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -297,6 +298,10 @@ func TestRatelimitShadow(t *testing.T) {
 	if v := rlMetric(t, p.metrics, "ratelimit_service_rate_limit_total_hits", lbl); v != 6 {
 		t.Fatalf("total_hits %v", v)
 	}
+	// unlimited: OK, limit_remaining the largest uint32, as the
+	// reference answers it.
+	rlExpect(t, "qux", rlAsk(t, c, rlRequest("rl", [][][2]string{{{"qux", "x"}}, {{"foo", "f"}, {"bay", "y"}}}, 1)), ok,
+		rlStatus{ok, 0, 0, math.MaxUint32}, rlStatus{ok, 0, 0, math.MaxUint32})
 	notShady := twoheader(map[string]string{"foo": "pelle", "baz": "not-so-shady"})
 	for i := range 3 {
 		okOrLimited(t, c, fmt.Sprint("not-so-shady ", i+1), notShady, true)
