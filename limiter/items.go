@@ -4,6 +4,7 @@
 package limiter
 
 import (
+	"math/rand/v2"
 	"time"
 	"unsafe"
 
@@ -19,17 +20,36 @@ type scratch struct {
 	ends  []int // end of each item's key in key
 	user  []int // where each item's key shows the caller's part (after "name:" and a hash tag)
 	key   []byte
-	// rules is each item's override (nil: the policy's), or empty when no
-	// item has one; odd: an override makes an item shadow or decides it
-	// without the store (take's slow path)
+	// odd: an override makes an item shadow or decides it without the
+	// store (take's slow path); rules is then each item's such override
+	// (nil: none), else empty
 	rules []*overrides.Rule
 	odd   bool
 	ovTmp ovEntry // resolveEntry's answer when it keeps none
+	// now is the check's clock reading, when clocked: the latency
+	// sample's start, an override's Hit, and the store's time when it
+	// takes one (timedTaker)
+	now     time.Time
+	clocked bool
+	rng     uint64 // the latency sampler's state (sample)
 }
 
 func newScratch() *scratch {
 	return &scratch{items: make([]store.Item, 0, 8), which: make([]int, 0, 8), ends: make([]int, 0, 8),
-		user: make([]int, 0, 8), key: make([]byte, 0, 128)}
+		user: make([]int, 0, 8), key: make([]byte, 0, 128), rng: rand.Uint64() | 1}
+}
+
+// sample reports whether this check is one of the one in 16 the latency
+// histogram times: a xorshift generator of the scratch's own (no shared
+// state, no runtime call; pseudo-random, so that no pattern of requests
+// is timed more than others).
+func (sc *scratch) sample() bool {
+	x := sc.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	sc.rng = x
+	return x&15 == 0
 }
 
 // plan turns req into the store items of the limits of c that apply to
@@ -164,29 +184,29 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 // statuses limits; sc as plan left it): for each item of a limit with
 // overrides, the one Resolve finds for the request, if any, gives its spec
 // (and base, store.Item.Base), status and cost check (applyRule), and is
-// counted (Rule.Hit); sc.rules gets each item's override and sc.odd says
-// whether one makes an item shadow or skips the store. An item without
+// counted (Rule.Hit); when one makes an item shadow or skips the store,
+// sc.odd is set and sc.rules holds each item's override (nil: none; the
+// other overrides are only in the statuses). An item without
 // one gets the cost check plan left to it. On a store that does not
 // convert specs, an override's spec of another state tag has its key
 // rendered anew at the end of sc.key: moved holds, per item, its start
 // (-1: not moved) and, len(items) further, its end. The clock is read
-// once, and only for a limit with overrides. Items before first have
-// none.
+// at most once per check (sc.now: the latency sample's reading when the
+// check has one), and only for a limit with overrides. Items before first
+// have none.
 func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, limits []LimitStatus, first int) (moved []int, err error) {
-	var now time.Time
 	for j := first; j < len(items); j++ {
 		i := sc.which[j]
-		ix := c.ix[i]
-		if ix.Len() == 0 {
+		if c.ix[i].Len() == 0 {
 			continue
 		}
 		st := &limits[j]
 		e := c.cachedEntry(i, j, sc)
 		if e == nil || e.expires != 0 {
-			if now.IsZero() {
-				now = time.Now()
+			if !sc.clocked {
+				sc.now, sc.clocked = time.Now(), true
 			}
-			e = c.resolveEntry(i, j, req, sc, e, now)
+			e = c.resolveEntry(i, j, req, sc, e, sc.now)
 		}
 		rule := e.rule
 		if rule == nil {
@@ -197,36 +217,25 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 			}
 			continue
 		}
-		if now.IsZero() {
-			now = time.Now()
+		if !sc.clocked {
+			sc.now, sc.clocked = time.Now(), true
 		}
+		rule.Hit(sc.now)
 		applyOverridden(st, &e.st)
-		spec, capacity, shadow := e.spec, e.capacity, e.shadow
-		rule.Hit(now)
-		if len(sc.rules) == 0 {
-			if cap(sc.rules) >= len(items) {
-				sc.rules = sc.rules[:len(items)]
-				for k := 0; k < len(items); k++ { // (one item or a few: no memclr)
-					if k != j {
-						sc.rules[k] = nil
-					}
-				}
-			} else {
-				sc.rules = make([]*overrides.Rule, len(items))
+		if e.odd { // (else nothing but the status needs the rule)
+			if len(sc.rules) == 0 {
+				sc.noRules(len(items), j)
 			}
+			sc.rules[j], sc.odd = rule, true
 		}
-		sc.rules[j] = rule
-		sc.odd = sc.odd || shadow || skipped(rule)
-		if err := c.overrideCostError(i, rule, st.TokenCost, capacity, shadow); err != nil {
-			return nil, err
+		if st.TokenCost > e.maxCost {
+			return nil, &CostError{Limit: c.p.Limits[i].Name, Cost: st.TokenCost, Capacity: e.maxCost}
 		}
-		if spec == c.specs[i] {
+		if e.spec == nil {
 			continue
 		}
-		items[j].Spec = spec
-		if c.converts {
-			items[j].Base = c.specs[i]
-		} else if spec.StateTag() != c.specs[i].StateTag() {
+		items[j].Spec, items[j].Base = e.spec, e.base
+		if e.rekey {
 			// (a store that keeps one spec per key: a key of the spec's own)
 			if moved == nil {
 				moved = make([]int, 2*len(items))
@@ -235,11 +244,26 @@ func (c *compiled) overridesPass(req *Request, sc *scratch, items []store.Item, 
 				}
 			}
 			at := len(sc.key)
-			sc.key, sc.user[j] = c.appendKey(i, sc.key, keyPrefix(c.p.Limits[i].Name, spec), req.Descriptors)
+			sc.key, sc.user[j] = c.appendKey(i, sc.key, keyPrefix(c.p.Limits[i].Name, e.spec), req.Descriptors)
 			moved[j], moved[j+len(items)] = at, len(sc.key)
 		}
 	}
 	return moved, nil
+}
+
+// noRules makes sc.rules n items without an override, but item j's,
+// which the caller sets.
+func (sc *scratch) noRules(n, j int) {
+	if cap(sc.rules) < n {
+		sc.rules = make([]*overrides.Rule, n)
+		return
+	}
+	sc.rules = sc.rules[:n]
+	for k := 0; k < n; k++ { // (one item or a few: no memclr)
+		if k != j {
+			sc.rules[k] = nil
+		}
+	}
 }
 
 // appendKey appends limit i's key for desc under prefix (its hash tag

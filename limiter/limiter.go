@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,11 +64,19 @@ type OverrideObserver interface {
 	ObserveOverride(limit, key, match string, denied bool)
 }
 
+// timedTaker is a store.KeyBorrower that decides at a clock reading its
+// caller has just made (memstore.Store.TakeBorrowedAt), so that a check
+// that reads the clock anyway reads it once.
+type timedTaker interface {
+	TakeBorrowedAt(ctx context.Context, items []store.Item, now time.Time) (store.Result, error)
+}
+
 // Limiter checks requests against a policy. It is safe for concurrent use;
 // SetPolicy swaps the policy atomically.
 type Limiter struct {
 	st        store.Store
 	kb        store.KeyBorrower // st, when it lends keys; else nil
+	tt        timedTaker        // kb, when it decides at a reading of ours; else nil
 	log       *slog.Logger
 	reg       prometheus.Registerer
 	keys      KeyObserver
@@ -134,6 +141,9 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{st: s}
 	l.kb, _ = s.(store.KeyBorrower)
+	if l.kb != nil {
+		l.tt, _ = s.(timedTaker)
+	}
 	for _, o := range opts {
 		o(l)
 	}
@@ -374,10 +384,11 @@ func (l *Limiter) CheckInto(ctx context.Context, req Request, res *Result) error
 // check is Check's hot path: plan makes the items, the store decides
 // them, and the statuses take the decisions.
 func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scratch) error {
+	timed := sc.sample() // the latency histogram samples one check in 16
 	var start time.Time
-	timed := rand.Uint32()%16 == 0 // the latency histogram samples one check in 16
-	if timed {
+	if sc.clocked = timed; timed {
 		start = time.Now()
+		sc.now = start
 	}
 	c := l.compiled.Load()
 	// Borrowed keys when the store copies what it keeps (and hands back
@@ -411,7 +422,11 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			items[j].MaxWait = max(mw, 1)
 		}
 	}
-	r, err := l.take(ctx, c, items, which, odd, borrows)
+	var now *time.Time // (the check's clock reading, when it made one)
+	if sc.clocked {
+		now = &sc.now
+	}
+	r, err := l.take(ctx, c, items, which, odd, borrows, now)
 	if err != nil {
 		err = l.shownKeys(c, err, items, which, user, req.Descriptors)
 		if !errors.Is(err, store.ErrFull) {
@@ -471,15 +486,24 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 // Items whose override decides them (rules: deny, unlimited) are not
 // taken from the store (decideSkipped); a deny that is not shadow refuses
 // the request, whose enforced items are then peeked.
-func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, rules []*overrides.Rule, borrows bool) (store.Result, error) {
+//
+// now is the check's clock reading (nil: none): a store that takes one
+// (timedTaker) decides at it instead of reading the clock again.
+func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, rules []*overrides.Rule, borrows bool, now *time.Time) (store.Result, error) {
 	if !c.anyShadow && rules == nil { // (the common case: no closure on the hot path)
 		if borrows {
+			if now != nil && l.tt != nil {
+				return l.tt.TakeBorrowedAt(ctx, items, *now)
+			}
 			return l.kb.TakeBorrowed(ctx, items)
 		}
 		return l.st.Take(ctx, items)
 	}
 	take := func(its []store.Item) (store.Result, error) {
 		if borrows {
+			if now != nil && l.tt != nil {
+				return l.tt.TakeBorrowedAt(ctx, its, *now)
+			}
 			return l.kb.TakeBorrowed(ctx, its)
 		}
 		return l.st.Take(ctx, its)

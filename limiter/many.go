@@ -46,6 +46,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 	denied := false                   // a deny override that is not shadow applies
 	sc := l.bufs.Get().(*scratch)
 	defer l.bufs.Put(sc)
+	sc.clocked = false // (one reading, when overrides need one, for every request: decided at once)
 	for r, req := range reqs {
 		res := &out.Results[r]
 		mine, err := c.plan(&req, sc, res, false) // (keys copied: they outlive the scratch)

@@ -4,6 +4,7 @@
 package limiter
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -40,16 +41,28 @@ type ovSlot struct {
 }
 
 // ovEntry is an Index's answer for a key and what it makes of the
-// limit's item: immutable.
+// limit's item, worked out once so that a check under it only copies it
+// (overridesPass): immutable.
 type ovEntry struct {
-	key      string
-	version  uint64
-	rule     *overrides.Rule // nil: the policy's limit
-	expires  int64           // rule's expiry, Unix ms (0: never)
-	st       LimitStatus     // the limit's status under rule (TokenCost 0)
-	spec     *store.Spec
-	capacity int64
-	shadow   bool
+	key     string
+	version uint64
+	rule    *overrides.Rule // nil: the policy's limit
+	expires int64           // rule's expiry, Unix ms (0: never)
+	st      LimitStatus     // the limit's status under rule (TokenCost 0)
+	// spec is the item's spec under rule, nil when it is the policy's
+	// (the item is left as plan made it); base its Item.Base (the
+	// policy's spec on a store that converts specs, else nil); rekey,
+	// that the key is rendered anew under spec's state tag (a store that
+	// does not convert, and another tag).
+	spec  *store.Spec
+	base  *store.Spec
+	rekey bool
+	// maxCost is the largest cost the item may have without a CostError
+	// (overrideCostError): the capacity under rule, or math.MaxInt64 for
+	// an in-flight cap, a shadow limit, a deny or an unlimited rule.
+	maxCost int64
+	// odd: rule makes the item shadow or decides it without the store.
+	odd bool
 }
 
 // newOvCache returns the cache of limit lim, or nil when its rendered key
@@ -183,12 +196,25 @@ func (c *compiled) entry(i int, key string, rule *overrides.Rule, v uint64) *ovE
 // fillEntry sets e (but its key) for rule, resolved at Index version v for
 // limit i.
 func (c *compiled) fillEntry(e *ovEntry, i int, rule *overrides.Rule, v uint64) {
-	e.version, e.rule, e.st, e.spec, e.capacity = v, rule, c.status[i], c.specs[i], c.status[i].Capacity
-	if rule != nil {
-		if t := rule.ExpiresAt(); !t.IsZero() {
-			e.expires = t.UnixMilli()
+	e.version, e.rule, e.st = v, rule, c.status[i]
+	if rule == nil {
+		return
+	}
+	if t := rule.ExpiresAt(); !t.IsZero() {
+		e.expires = t.UnixMilli()
+	}
+	spec, capacity, shadow := c.overridden(i, rule, &e.st)
+	e.maxCost, e.odd = capacity, shadow || skipped(rule)
+	if c.conc[i] || e.odd {
+		e.maxCost = math.MaxInt64
+	}
+	if spec != c.specs[i] {
+		e.spec = spec
+		if c.converts {
+			e.base = c.specs[i]
+		} else {
+			e.rekey = spec.StateTag() != c.specs[i].StateTag()
 		}
-		e.spec, e.capacity, e.shadow = c.overridden(i, rule, &e.st)
 	}
 }
 

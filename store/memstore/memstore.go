@@ -243,6 +243,15 @@ func (s *Store) now() (int64, int64) {
 	return int64(time.Since(s.t0)), 0
 }
 
+// nowAt is now, from at when it is a reading of the system clock the
+// caller made (and the store has no Clock).
+func (s *Store) nowAt(at *time.Time) (int64, int64) {
+	if at != nil && s.clock == nil {
+		return int64(at.Sub(s.t0)), 0
+	}
+	return s.now()
+}
+
 // wall returns the wall time of d: window boundaries follow the wall clock
 // (t0's wall reading plus the monotonic time elapsed since).
 func (s *Store) wall(w, d int64) int64 {
@@ -263,7 +272,7 @@ func (s *Store) shardOf(key string) int { return shardOf(s.hash(key)) }
 // holds its cap makes room by evicting idle keys, else keys the CLOCK hand
 // picks (see the package documentation).
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
-	return s.take(items, false, 1, 0)
+	return s.take(items, false, 1, 0, nil)
 }
 
 // TakeBorrowed implements store.KeyBorrower: items' keys may alias memory
@@ -272,14 +281,26 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 // may keep: the store's own copy where it holds the key (no allocation for
 // a decision on an existing key), else a fresh copy.
 func (s *Store) TakeBorrowed(ctx context.Context, items []store.Item) (store.Result, error) {
-	return s.take(items, true, 1, 0)
+	return s.take(items, true, 1, 0, nil)
+}
+
+// TakeBorrowedAt is TakeBorrowed deciding at now, a reading of the system
+// clock (time.Now, with its monotonic reading) the caller has just made,
+// so that a caller that reads the clock anyway (the limiter, for an
+// override's last_matched_at) does not make the store read it again. A
+// store WithClock reads its own clock (now is ignored). Decisions are the same as TakeBorrowed's at now: a
+// reading made before the shard's lock is taken, as TakeBorrowed's own is.
+func (s *Store) TakeBorrowedAt(ctx context.Context, items []store.Item, now time.Time) (store.Result, error) {
+	return s.take(items, true, 1, 0, &now)
 }
 
 // take decides items; attempt counts the decisions of this request (a
 // new key that found no room makes room and decides again), and credit is
 // the keys counted against the cap for it by the room made (its new keys
 // use them first; what they do not use is given back).
-func (s *Store) take(items []store.Item, borrowed bool, attempt, credit int) (store.Result, error) {
+//
+// at is the time to decide at (a time.Now reading; nil: read the clock).
+func (s *Store) take(items []store.Item, borrowed bool, attempt, credit int, at *time.Time) (store.Result, error) {
 	if s.closed.Load() {
 		s.giveBack(credit)
 		if borrowed {
@@ -294,7 +315,7 @@ func (s *Store) take(items []store.Item, borrowed bool, attempt, credit int) (st
 		}
 		return store.Result{}, err
 	}
-	d, wall := s.now()
+	d, wall := s.nowAt(at)
 	if len(items) == 1 { // one shard: no ordering, no scratch arrays
 		h := s.hash(items[0].Key)
 		shd := &s.shards[shardOf(h)]
@@ -493,8 +514,8 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	exists := e != nil
 	if e != nil {
 		cur = e.entry
-		if it.Base != nil || len(shd.specs) > 0 {
-			cur, exists = shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
+		if (it.Base != nil || len(shd.specs) > 0) && !shd.written(e, it.Spec) {
+			cur, exists = shd.respec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
 		}
 	} else if it.Cost > 0 && !s.room1(shd, d, true, credit) {
 		return store.Result{}, errNoRoom

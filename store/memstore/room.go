@@ -40,7 +40,7 @@ type room struct {
 func (s *Store) retry(items []store.Item, borrowed bool, attempt int, nr noRoom, d int64) (store.Result, error) {
 	for ; attempt < maxAttempts; attempt++ {
 		if credit := s.makeRoom(d, nr.need); credit > 0 || s.keys.Load() < s.maxKeys {
-			return s.take(items, borrowed, attempt+1, credit)
+			return s.take(items, borrowed, attempt+1, credit, nil)
 		}
 		if s.refuseFull || s.noEvict || !s.holdsTableKeys() {
 			break // (no room to make)
