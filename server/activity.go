@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +120,14 @@ type LimitStats struct {
 	Refused         int64   `json:"refused_total"`
 	ShadowRefused   int64   `json:"shadow_refused_total"`
 	Series          []Point `json:"series"`
+	// Unit is what the limit counts when it is not requests (policy unit:
+	// "tokens", "usd", ...); a usd limit's capacity is in micro-dollars,
+	// and SpentMicroUSD (with SpentUSD, in dollars) the spend this
+	// instance has admitted on it since it started, corrected by its
+	// settles.
+	Unit          string `json:"unit,omitempty"`
+	SpentMicroUSD *int64 `json:"spent_micro_usd,omitempty"`
+	SpentUSD      string `json:"spent_usd,omitempty"`
 }
 
 // stats serves GET /v1/stats.
@@ -145,7 +154,12 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			win = st.Window.String()
 		}
 		ans.Limits = append(ans.Limits, LimitStats{Name: l.Name, Algorithm: st.Algorithm, Capacity: st.Capacity, RefillPerSecond: st.RefillPerSecond,
-			Window: win, Shadow: st.Shadow, Admitted: tot[0], Refused: tot[1], ShadowRefused: tot[2], Series: pts})
+			Window: win, Shadow: st.Shadow, Admitted: tot[0], Refused: tot[1], ShadowRefused: tot[2], Series: pts, Unit: l.Unit})
+		if l.Unit == policy.UnitUSD {
+			n := s.spend.get(l.Name)
+			last := &ans.Limits[len(ans.Limits)-1]
+			last.SpentMicroUSD, last.SpentUSD = &n, policy.FormatMicroUSD(n)
+		}
 	}
 	writeJSON(w, http.StatusOK, ans)
 }

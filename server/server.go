@@ -184,6 +184,7 @@ type Server struct {
 	// ovMu serializes the API's override writes with SyncOverridesNow.
 	ovMu       sync.Mutex
 	auditStore AuditStore
+	spend      spendCounter // each usd limit's spend through this instance (server/spend.go)
 }
 
 // New returns a server for cfg.

@@ -31,6 +31,7 @@ const (
 	RequestIDMismatch    Code = "request_id_mismatch"
 	TooManyOverrides     Code = "too_many_overrides"
 	UnknownDescriptor    Code = "unknown_descriptor"
+	UnknownModel         Code = "unknown_model"
 	RateLimited          Code = "rate_limited"
 	BadAnswer            Code = "bad_answer"
 	BadReceipt           Code = "bad_receipt"
@@ -90,6 +91,7 @@ var table = [...]Entry{
 	{RequestIDMismatch, 422, 0, "The `request_id` was used by a request with other descriptors or cost. Nothing was charged."},
 	{TooManyOverrides, 422, 0, "`PUT /v1/overrides` of a new override while `--max-overrides` are held (a replacement is always accepted). Nothing changed."},
 	{UnknownDescriptor, 422, 0, "An override's `match` (or a listing's `match.` filter) names a descriptor its limit uses neither in its key template nor in its `when` (the message lists those it uses). Nothing changed."},
+	{UnknownModel, 422, 0, "A `usage_estimate` (`/v1/check`) or `usage` (`/v1/settle`) names a model the policy has no price for, and the policy has no `default_price`, while a limit with `unit: usd` applies (`\"limit\"` names it). Nothing was charged or settled."},
 	{RateLimited, 429, 0, "Refused by its limits, in front of an application (the middleware, forward-auth; with `?deny=403` or `?deny=401`, forward-auth answers that status): `retry_after_ms`, `Retry-After` and the RateLimit fields say when to retry. A refused `/v1/check` is a decision (429, `\"allowed\": false`, no code), over gRPC `OVER_LIMIT`; the clients' refusal errors carry this code."},
 	{BadAnswer, 500, 0, "The answer stored for this `request_id` is unreadable."},
 	{BadReceipt, 500, 0, "The receipt stored under this receipt id is unreadable."},

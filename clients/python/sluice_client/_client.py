@@ -183,6 +183,7 @@ _ERRORS: Dict[str, Type[SluiceError]] = {
     "too_many_overrides": BadRequest,
     "unauthorized": Unauthorized,
     "unknown_descriptor": BadRequest,
+    "unknown_model": BadRequest,
     "unknown_lease": BadRequest,
     "unknown_limit": BadRequest,
 }

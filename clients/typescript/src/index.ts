@@ -172,6 +172,7 @@ const ERRORS: Record<string, new (...args: never[]) => SluiceError> = {
   too_many_overrides: BadRequestError,
   unauthorized: UnauthorizedError,
   unknown_descriptor: BadRequestError,
+  unknown_model: BadRequestError,
   unknown_lease: BadRequestError,
   unknown_limit: BadRequestError,
 };
