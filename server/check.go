@@ -37,10 +37,6 @@ type CheckRequest struct {
 	Reserve   bool   `json:"reserve"`
 	Retry     bool   `json:"retry"`
 	RequestID string `json:"request_id"`
-	// UsageEstimate is a model call's estimate (server/spend.go): its
-	// spend reserved on every usd limit that applies, its tokens on every
-	// token limit, unless Costs names the limit.
-	UsageEstimate *UsageEstimate `json:"usage_estimate"`
 }
 
 // The bounds of a check request (keys are stored, so their size bounds
@@ -81,7 +77,7 @@ func (c *CheckRequest) Validate() error {
 			return fmt.Errorf("descriptor %.40q: its value is %d bytes, more than %d", k, len(v), MaxDescriptorValue)
 		}
 	}
-	return c.UsageEstimate.validate()
+	return nil
 }
 
 // Fingerprint is what makes two checks the same request for request_id:
@@ -116,7 +112,6 @@ func (c *CheckRequest) Fingerprint() string {
 	for _, n := range names {
 		fmt.Fprintf(h, "l%d:%s%d", len(n), n, c.Costs[n])
 	}
-	c.UsageEstimate.fingerprint(h)
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
@@ -202,11 +197,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 		}
 		defer s.waiting.Add(-1)
 	}
-	if !s.usageCosts(w, req, &lr) {
-		return nil
-	}
 	res, err := s.cfg.Limiter.Check(r.Context(), lr)
-	s.spentCheck(&lr, &res)
 	s.traceDecision(r.Context(), lr, res, err)
 	if err != nil {
 		p := answer.Classify(err)
@@ -410,10 +401,6 @@ type SettleRequest struct {
 	// the receipt's state (settled already, dropped, expired, corrupt)
 	// still frees them; one refused for its costs frees nothing.
 	Release bool `json:"release"`
-	// Usage is what the model call used (server/spend.go): it settles
-	// the receipt's limits that count usage (spend, tokens) that
-	// ActualCosts does not name.
-	Usage *UsageReport `json:"usage"`
 }
 
 func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
@@ -425,11 +412,8 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	case req.ReceiptID == "":
 		fail(w, answer.BadRequest, "lease is missing")
 		return
-	case req.ActualCost == nil && len(req.ActualCosts) == 0 && req.Usage == nil:
-		fail(w, answer.BadRequest, "actual_cost (or actual_costs, or usage) is missing")
-		return
-	case req.Usage.validate() != nil:
-		fail(w, answer.BadRequest, "%v", req.Usage.validate())
+	case req.ActualCost == nil && len(req.ActualCosts) == 0:
+		fail(w, answer.BadRequest, "actual_cost (or actual_costs) is missing")
 		return
 	case req.ActualCost != nil && *req.ActualCost < 0:
 		fail(w, answer.BadRequest, "actual_cost %d is negative", *req.ActualCost)
@@ -445,31 +429,20 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	if req.ActualCost != nil {
 		actual = *req.ActualCost
 	}
-	var slots store.Slots // the lease's, when Release asks to free them
-	if req.Release {
-		var err error
-		switch slots, err = s.book.Slots(r.Context(), req.ReceiptID); {
-		case errors.Is(err, book.ErrUnknown):
-			fail(w, answer.UnknownLease, "no lease %.64q (never issued, or its slots and receipt have expired)", req.ReceiptID)
-			return
-		case err != nil:
-			fail(w, answer.StoreError, "%v", err)
-			return
-		}
-	}
 	var rec limiter.Receipt
-	_, err := s.book.TakeReceipt(r.Context(), req.ReceiptID, func(raw []byte) error {
+	check := func(raw []byte) error {
 		var err error
 		if rec, err = s.cfg.Limiter.UnmarshalReceipt(raw); err != nil {
 			return badReceipt{err}
 		}
-		if req.ActualCosts, err = s.usageActuals(rec, &req); err != nil {
-			return err
-		}
 		return s.cfg.Limiter.CheckSettleCosts(rec, actual, req.ActualCosts)
-	})
-	if usageRefused(w, err) {
-		return
+	}
+	var slots store.Slots // the lease's, when Release asks to free them (in the book's own calls)
+	var err error
+	if req.Release {
+		_, slots, err = book.TakeReceiptSlots(r.Context(), s.book, req.ReceiptID, check)
+	} else {
+		_, err = s.book.TakeReceipt(r.Context(), req.ReceiptID, check)
 	}
 	var ce *limiter.CostError
 	var br badReceipt
@@ -508,7 +481,6 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 			fail(w, answer.StoreError, "%v", err)
 			return
 		}
-		s.spentSettle(rec, actual, req.ActualCosts)
 		writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
 		return
 	}
@@ -516,7 +488,6 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		fail(w, answer.StoreError, "%v", err)
 		return
 	}
-	s.spentSettle(rec, actual, req.ActualCosts)
 	writeJSON(w, http.StatusOK, map[string]bool{"settled": true, "released": true})
 }
 

@@ -286,6 +286,22 @@ func (m *Memory) Slots(_ context.Context, id string) (store.Slots, error) {
 	m.lmu.Lock()
 	defer m.lmu.Unlock()
 	m.expireLocked(m.clock.Now())
+	return m.slotsLocked(id)
+}
+
+// TakeReceiptSlots implements SlotsTaker: TakeReceipt and Slots under one
+// lock.
+func (m *Memory) TakeReceiptSlots(_ context.Context, id string, check func([]byte) error) ([]byte, store.Slots, error) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	now := m.clock.Now()
+	m.expireLocked(now)
+	slots, _ := m.slotsLocked(id)
+	rc, err := m.takeReceiptLocked(id, check, now)
+	return rc, slots, err
+}
+
+func (m *Memory) slotsLocked(id string) (store.Slots, error) {
 	_, rec, ok := m.lookupLocked(id)
 	if !ok || rec.slots == nil && rec.state != pending && rec.state != settled {
 		return store.Slots{}, ErrUnknown
@@ -302,6 +318,10 @@ func (m *Memory) TakeReceipt(_ context.Context, id string, check func([]byte) er
 	defer m.lmu.Unlock()
 	now := m.clock.Now()
 	m.expireLocked(now)
+	return m.takeReceiptLocked(id, check, now)
+}
+
+func (m *Memory) takeReceiptLocked(id string, check func([]byte) error, now time.Time) ([]byte, error) {
 	if k, rec, ok := m.lookupLocked(id); ok {
 		switch rec.state {
 		case pending:

@@ -209,6 +209,34 @@ func (b *Book) TakeReceipt(ctx context.Context, id string, check func([]byte) er
 	return rc, err
 }
 
+// TakeReceiptSlots implements book.SlotsTaker: TakeReceipt with the
+// record's slots, on the book that holds the record (book.TakeReceiptSlots
+// on the shared one, bounded by the timeout as TakeReceipt is).
+func (b *Book) TakeReceiptSlots(ctx context.Context, id string, check func([]byte) error) ([]byte, store.Slots, error) {
+	if lid, ok := strings.CutPrefix(id, localPrefix); ok {
+		return b.local.TakeReceiptSlots(ctx, lid, check)
+	}
+	if b.down() {
+		return nil, store.Slots{}, b.s.unavailable()
+	}
+	var rc []byte
+	var slots store.Slots
+	var checkErr error
+	chk := check
+	if check != nil {
+		chk = func(raw []byte) error { checkErr = check(raw); return checkErr }
+	}
+	done, err := b.call(ctx, func(ctx context.Context) error {
+		var err error
+		rc, slots, err = book.TakeReceiptSlots(ctx, b.shared, id, chk)
+		return err
+	}, nil, func(err error) bool { return checkErr != nil && err == checkErr })
+	if !done {
+		return nil, store.Slots{}, err
+	}
+	return rc, slots, err
+}
+
 // Dropped implements book.Book: receipts dropped by the shared book's cap
 // and by the in-process one's.
 func (b *Book) Dropped() uint64 { return b.shared.Dropped() + b.local.Dropped() }

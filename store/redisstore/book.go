@@ -51,19 +51,21 @@ var (
 	// window (ARGV[1] now ms, ARGV[2] window ms: a record can outlive its
 	// receipt's window to hold its slots); with ARGV[3] '0' it only reads
 	// it, and with ARGV[4] set it takes it only if it still equals ARGV[4]
-	// (read, checked, then taken: a concurrent taker wins once).
+	// (read, checked, then taken: a concurrent taker wins once). The
+	// reply's last element is the record's slots ('' for none).
 	takeReceiptScript = rueidis.NewLuaScript(`
+local s = redis.call('HGET', KEYS[1], 's') or ''
 local v = redis.call('HGET', KEYS[1], 'r')
 if v then
   local t = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
-  if tonumber(ARGV[1]) - t >= tonumber(ARGV[2]) then return {'u'} end
-  if ARGV[4] ~= '' and v ~= ARGV[4] then return {'s'} end
+  if tonumber(ARGV[1]) - t >= tonumber(ARGV[2]) then return {'u', s} end
+  if ARGV[4] ~= '' and v ~= ARGV[4] then return {'s', s} end
   if ARGV[3] == '1' then redis.call('HDEL', KEYS[1], 'r') end
-  return {'r', v}
+  return {'r', v, s}
 end
-if redis.call('HEXISTS', KEYS[1], 'd') == 1 then return {'d'} end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'s'} end
-return {'u'}`)
+if redis.call('HEXISTS', KEYS[1], 'd') == 1 then return {'d', s} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'s', s} end
+return {'u', s}`)
 	// receipts orders receipts by arrival (Redis time in microseconds,
 	// made strictly increasing): it drops those past the window (ARGV[2]
 	// ms) and, beyond ARGV[3], pops and returns the oldest.
@@ -214,20 +216,29 @@ func (b *Book) Slots(ctx context.Context, id string) (store.Slots, error) {
 // TakeReceipt implements book.Book: with check, the receipt is read,
 // checked, then taken if it is still there.
 func (b *Book) TakeReceipt(ctx context.Context, id string, check func([]byte) error) ([]byte, error) {
+	rc, _, err := b.TakeReceiptSlots(ctx, id, check)
+	return rc, err
+}
+
+// TakeReceiptSlots implements book.SlotsTaker: TakeReceipt's calls (one
+// without check; with check a read, then the take) answer the record's
+// slots too, with the receipt or with its errors.
+func (b *Book) TakeReceiptSlots(ctx context.Context, id string, check func([]byte) error) ([]byte, store.Slots, error) {
 	if check == nil {
 		return b.takeReceipt(ctx, id, true, "")
 	}
-	rc, err := b.takeReceipt(ctx, id, false, "")
+	rc, slots, err := b.takeReceipt(ctx, id, false, "")
 	if err != nil {
-		return nil, err
+		return nil, slots, err
 	}
 	if err := check(rc); err != nil {
-		return nil, err
+		return nil, slots, err
 	}
-	return b.takeReceipt(ctx, id, true, string(rc))
+	rc, _, err = b.takeReceipt(ctx, id, true, string(rc))
+	return rc, slots, err
 }
 
-func (b *Book) takeReceipt(ctx context.Context, id string, take bool, want string) ([]byte, error) {
+func (b *Book) takeReceipt(ctx context.Context, id string, take bool, want string) ([]byte, store.Slots, error) {
 	takeArg := "0"
 	if take {
 		takeArg = "1"
@@ -235,19 +246,30 @@ func (b *Book) takeReceipt(ctx context.Context, id string, take bool, want strin
 	v, err := takeReceiptScript.Exec(ctx, b.c, []string{b.recordKey(id)},
 		[]string{strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(b.cfg.ReceiptWindow.Milliseconds(), 10), takeArg, want}).ToArray()
 	if err != nil {
-		return nil, b.s.fail("book", err)
+		return nil, store.Slots{}, b.s.fail("book", err)
+	}
+	if len(v) < 2 {
+		return nil, store.Slots{}, errors.New("redisstore: book: short reply")
+	}
+	var slots store.Slots
+	if raw, _ := v[len(v)-1].ToString(); raw != "" {
+		var st storedSlots
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			return nil, store.Slots{}, errors.New("redisstore: corrupt receipt record")
+		}
+		slots = store.Slots(st)
 	}
 	tag, _ := v[0].ToString()
 	switch tag {
 	case "r":
 		rc, err := v[1].ToString()
-		return []byte(rc), err
+		return []byte(rc), slots, err
 	case "d":
-		return nil, book.ErrDropped
+		return nil, slots, book.ErrDropped
 	case "s":
-		return nil, book.ErrSettled
+		return nil, slots, book.ErrSettled
 	}
-	return nil, book.ErrUnknown
+	return nil, slots, book.ErrUnknown
 }
 
 // Dropped implements book.Book: receipts this instance dropped.

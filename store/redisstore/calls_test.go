@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,7 +17,11 @@ import (
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/book"
 	"github.com/sluicehq/sluice/store/redisstore"
 )
 
@@ -143,5 +148,77 @@ func TestLowerNothingWritesNothing(t *testing.T) {
 	after, _ := s.Client().Do(ctx, s.Client().B().Dump().Key(key).Build()).ToString()
 	if before != after || before == "" {
 		t.Fatal("rule: a ceiling above what a bucket holds writes nothing (the state as it was)")
+	}
+}
+
+// /v1/settle with "release": true on Redis: the settle and the release of
+// the lease's in-flight slot are one call to the limiter's store (one
+// FCALL, its ZREM inside), and the book hands the slots out with the
+// receipt (its read and its take: no HGET of its own). 3 client calls,
+// where /v1/settle and /v1/release made 5.
+func TestSettleReleaseOneStoreCall(t *testing.T) {
+	srv := redistest.New(t, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000")
+	st, err := redisstore.Open("redis://"+srv.Addr, redisstore.WithPrefix(prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, err := policy.Parse([]byte(`
+limits:
+  - name: tpm
+    key: "api_key:{api_key}"
+    capacity: 1000
+    refill_per_second: 10
+  - name: calls
+    key: "api_key:{api_key}"
+    max_in_flight: 1
+    lease_ttl: 30s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.New(p, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Config{Limiter: l, Book: redisstore.NewBook(st, book.Config{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	post := func(path, body string) string {
+		t.Helper()
+		res, err := http.Post(ts.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	for i := range 3 {
+		ans := post("/v1/check", `{"descriptors": {"api_key": "k"}, "cost": 900}`)
+		var m struct {
+			Allowed bool   `json:"allowed"`
+			Lease   string `json:"lease"`
+		}
+		if err := json.Unmarshal([]byte(ans), &m); err != nil || !m.Allowed || m.Lease == "" {
+			t.Fatalf("check %d (admitted only if the last settle freed the slot and returned the 900): %s", i, ans)
+		}
+		lease := m.Lease
+		if err := st.Client().Do(context.Background(), st.Client().B().Arbitrary("SLOWLOG", "RESET").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if ans := post("/v1/settle", `{"lease": "`+lease+`", "actual_cost": 0, "release": true}`); !strings.Contains(ans, `"released":true`) || !strings.Contains(ans, `"settled":true`) {
+			t.Fatalf("settle and release: %s", ans)
+		}
+		calls := clientCalls(t, st.Client())
+		if i == 0 {
+			continue // (the book's scripts loaded: a NOSCRIPT, then EVAL)
+		}
+		if calls["fcall"] != 1 || calls["zrem"] != 0 || calls["hget"] != 0 || calls["evalsha"]+calls["eval"] > 2 {
+			t.Fatalf("rule: settle and release in one store call (1 FCALL, no ZREM), the slots from the book's own calls (no HGET): %v", calls)
+		}
 	}
 }

@@ -36,6 +36,7 @@ func Run(t *testing.T, f Factory) {
 		{"SlotsOutliveTheWindow", testSlotsOutliveWindow},
 		{"ReceiptsExpire", testReceiptsExpire},
 		{"BinaryReceiptKeptExactly", testBinaryReceipt},
+		{"ReceiptWithItsSlots", testReceiptSlots},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, f) })
 	}
@@ -229,5 +230,32 @@ func testBinaryReceipt(t *testing.T, f Factory) {
 		if err != nil || !bytes.Equal(got, rc) {
 			t.Fatalf("rule: a binary receipt comes back exactly: %d bytes, %v", len(got), err)
 		}
+	}
+}
+
+// Rule: book.TakeReceiptSlots (one of a book.SlotsTaker's calls) takes a
+// receipt as TakeReceipt does and hands out the record's slots with it,
+// and with ErrSettled or a check's error too; a record without slots has
+// none; an unknown id is ErrUnknown without slots.
+func testReceiptSlots(t *testing.T, f Factory) {
+	b := f(t, book.Config{})
+	id := addRecord(t, b, book.Record{Slots: slots("s1"), SlotsTTL: time.Minute, Receipt: []byte("rc")})
+	bad := errors.New("too big")
+	if _, got, err := book.TakeReceiptSlots(ctx, b, id, func([]byte) error { return bad }); err != bad || got.ID != "slot-s1" {
+		t.Fatalf("rule: a failing check's error, the slots, the receipt kept: %+v, %v", got, err)
+	}
+	rc, got, err := book.TakeReceiptSlots(ctx, b, id, func([]byte) error { return nil })
+	if err != nil || string(rc) != "rc" || got.ID != "slot-s1" || len(got.Keys) != 1 || got.Keys[0] != "c:s1" {
+		t.Fatalf("rule: the receipt and the record's slots: %q %+v, %v", rc, got, err)
+	}
+	if _, got, err := book.TakeReceiptSlots(ctx, b, id, nil); !errors.Is(err, book.ErrSettled) || got.ID != "slot-s1" {
+		t.Fatalf("rule: settled already: ErrSettled, and the slots still: %+v, %v", got, err)
+	}
+	plain := addRecord(t, b, book.Record{Receipt: []byte("rc2")})
+	if rc, got, err := book.TakeReceiptSlots(ctx, b, plain, nil); err != nil || string(rc) != "rc2" || got.ID != "" {
+		t.Fatalf("rule: a record without slots has none: %q %+v, %v", rc, got, err)
+	}
+	if _, got, err := book.TakeReceiptSlots(ctx, b, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", nil); !errors.Is(err, book.ErrUnknown) || got.ID != "" {
+		t.Fatalf("rule: an unknown id: ErrUnknown, no slots: %+v, %v", got, err)
 	}
 }
