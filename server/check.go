@@ -37,6 +37,10 @@ type CheckRequest struct {
 	Reserve   bool   `json:"reserve"`
 	Retry     bool   `json:"retry"`
 	RequestID string `json:"request_id"`
+	// UsageEstimate is a model call's estimate (server/spend.go): its
+	// spend reserved on every usd limit that applies, its tokens on every
+	// token limit, unless Costs names the limit.
+	UsageEstimate *UsageEstimate `json:"usage_estimate"`
 }
 
 // The bounds of a check request (keys are stored, so their size bounds
@@ -77,7 +81,7 @@ func (c *CheckRequest) Validate() error {
 			return fmt.Errorf("descriptor %.40q: its value is %d bytes, more than %d", k, len(v), MaxDescriptorValue)
 		}
 	}
-	return nil
+	return c.UsageEstimate.validate()
 }
 
 // Fingerprint is what makes two checks the same request for request_id:
@@ -112,6 +116,7 @@ func (c *CheckRequest) Fingerprint() string {
 	for _, n := range names {
 		fmt.Fprintf(h, "l%d:%s%d", len(n), n, c.Costs[n])
 	}
+	c.UsageEstimate.fingerprint(h)
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
@@ -197,7 +202,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 		}
 		defer s.waiting.Add(-1)
 	}
+	if !s.usageCosts(w, req, &lr) {
+		return nil
+	}
 	res, err := s.cfg.Limiter.Check(r.Context(), lr)
+	s.spentCheck(&lr, &res)
 	s.traceDecision(r.Context(), lr, res, err)
 	if err != nil {
 		p := answer.Classify(err)
@@ -401,6 +410,10 @@ type SettleRequest struct {
 	// the receipt's state (settled already, dropped, expired, corrupt)
 	// still frees them; one refused for its costs frees nothing.
 	Release bool `json:"release"`
+	// Usage is what the model call used (server/spend.go): it settles
+	// the receipt's limits that count usage (spend, tokens) that
+	// ActualCosts does not name.
+	Usage *UsageReport `json:"usage"`
 }
 
 func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
@@ -412,8 +425,11 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	case req.ReceiptID == "":
 		fail(w, answer.BadRequest, "lease is missing")
 		return
-	case req.ActualCost == nil && len(req.ActualCosts) == 0:
-		fail(w, answer.BadRequest, "actual_cost (or actual_costs) is missing")
+	case req.ActualCost == nil && len(req.ActualCosts) == 0 && req.Usage == nil:
+		fail(w, answer.BadRequest, "actual_cost (or actual_costs, or usage) is missing")
+		return
+	case req.Usage.validate() != nil:
+		fail(w, answer.BadRequest, "%v", req.Usage.validate())
 		return
 	case req.ActualCost != nil && *req.ActualCost < 0:
 		fail(w, answer.BadRequest, "actual_cost %d is negative", *req.ActualCost)
@@ -435,6 +451,9 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		if rec, err = s.cfg.Limiter.UnmarshalReceipt(raw); err != nil {
 			return badReceipt{err}
 		}
+		if req.ActualCosts, err = s.usageActuals(rec, &req); err != nil {
+			return err
+		}
 		return s.cfg.Limiter.CheckSettleCosts(rec, actual, req.ActualCosts)
 	}
 	var slots store.Slots // the lease's, when Release asks to free them (in the book's own calls)
@@ -443,6 +462,9 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		_, slots, err = book.TakeReceiptSlots(r.Context(), s.book, req.ReceiptID, check)
 	} else {
 		_, err = s.book.TakeReceipt(r.Context(), req.ReceiptID, check)
+	}
+	if usageRefused(w, err) {
+		return
 	}
 	var ce *limiter.CostError
 	var br badReceipt
@@ -481,6 +503,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 			fail(w, answer.StoreError, "%v", err)
 			return
 		}
+		s.spentSettle(rec, actual, req.ActualCosts)
 		writeJSON(w, http.StatusOK, map[string]bool{"settled": true})
 		return
 	}
@@ -488,6 +511,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 		fail(w, answer.StoreError, "%v", err)
 		return
 	}
+	s.spentSettle(rec, actual, req.ActualCosts)
 	writeJSON(w, http.StatusOK, map[string]bool{"settled": true, "released": true})
 }
 
