@@ -142,6 +142,7 @@ func (h *sharedHold) finish(idx []int, costs []int64, cs []Ceiling, release bool
 		release = false
 	}
 	var err error
+	sh.ad.rebase(sh, adj)
 	if len(adj) > 0 || slots.ID != "" {
 		err = store.AdjustRelease(context.Background(), sh.st, adj, slots)
 	}

@@ -150,6 +150,10 @@ type Config struct {
 	//
 	// Deprecated: use SlotTTL.
 	LeaseTTL time.Duration
+	// Adaptive, when set, makes Limit.Rate a ceiling that learns from the
+	// other side's overload answers (Overloaded; AIMD, gate/adaptive.go).
+	// Nil: the rate is Limit.Rate.
+	Adaptive *Adaptive
 	// Rand, if set, draws the retry jitter (a seeded source makes retries
 	// reproducible); nil uses math/rand/v2's global source. It is used under
 	// the gate's lock.
@@ -212,6 +216,7 @@ type Gate struct {
 	dims  []*dim         // Config.Dimensions, in order
 	logs  *bucket.Bucket // bounds the log rate
 	sh    *shared        // Config.Store's state; nil: in process
+	ad    *adaptive      // Config.Adaptive's ceiling; nil: none
 
 	// The fast path (nobody waiting, no pause, a free slot, tokens now)
 	// takes no lock: it reads queued and paused, takes a slot with a CAS on
@@ -292,6 +297,12 @@ func New(cfg Config) (*Gate, error) {
 		if g.sh, err = newShared(cfg, g.name); err != nil {
 			return nil, err
 		}
+	}
+	if g.ad, err = newAdaptive(cfg, sharedBase(g.name)); err != nil {
+		return nil, err
+	}
+	if g.ad != nil && g.sh != nil {
+		g.sh.ad, g.ad.base = g.ad, g.sh.specs[0]
 	}
 	if cfg.Logger != nil {
 		g.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
@@ -451,6 +462,9 @@ func (g *Gate) admit(ctx context.Context, cost int64, attempt int, wantRes bool,
 	if g.sh != nil {
 		sh, err := g.acquireShared(ctx, cost, attempt, ch)
 		return hold{sh: sh}, err
+	}
+	if g.ad != nil {
+		g.ad.sync(g) // (the ceiling may have moved)
 	}
 	if ch != nil {
 		if r, dres, ok := g.tryNowDims(cost, attempt, ch); ok {

@@ -59,6 +59,7 @@ type shared struct {
 	waiting atomic.Int64   // callers of this process waiting (MaxQueue)
 	freed   chan struct{}  // a slot of this process was released: wakes one waiter
 	last    []atomic.Int64 // each budget's Remaining after this process's last decision
+	ad      *adaptive      // Config.Adaptive's ceiling, kept in the store; nil: none
 }
 
 // newShared checks cfg for a shared gate and compiles its specs. The keys
@@ -78,7 +79,7 @@ func newShared(cfg Config, name string) (*shared, error) {
 	if cfg.MaxInFlight > 0 && !store.CanRenew(cfg.Store) {
 		return nil, sluice.Errorf(sluice.ErrInvalidLimit, "gate config: Store %T cannot renew slots (store.CanRenew), which MaxInFlight needs", cfg.Store)
 	}
-	base := "gate:{" + string(gateKeyEsc.Append(nil, name)) + "}:"
+	base := sharedBase(name)
 	sh := &shared{st: cfg.Store, ttl: cfg.SlotTTL, freed: make(chan struct{}, 1)}
 	if sh.ttl == 0 {
 		sh.ttl = DefaultSlotTTL
@@ -133,6 +134,9 @@ func (sh *shared) items(cost int64, ch []int64, queued bool, limit time.Time) ([
 	}
 	if sh.slots != nil {
 		items = append(items, store.Item{Key: sh.slotKey, Spec: sh.slots, Cost: 1, MaxWait: maxWait})
+	}
+	if sh.ad != nil {
+		items = sh.ad.items(items)
 	}
 	return items, at
 }
@@ -239,6 +243,9 @@ func (sh *shared) enter(max int) bool {
 
 // note records the budgets' Remaining after a decision, for Stats.
 func (sh *shared) note(items []store.Item, at []int) {
+	if sh.ad != nil {
+		sh.ad.note(items)
+	}
 	for j, i := range at {
 		sh.last[i].Store(items[j].Decision.Remaining)
 	}
@@ -414,7 +421,9 @@ func (h *sharedHold) settle(i int, actual int64) error {
 	var err error
 	if delta := actual - h.costs[i]; delta != 0 {
 		sh := h.g.sh
-		err = sh.st.Adjust(context.Background(), []store.Adjustment{{Key: sh.keys[i], Spec: sh.specs[i], Delta: delta, RefundBefore: h.before[i]}})
+		adj := []store.Adjustment{{Key: sh.keys[i], Spec: sh.specs[i], Delta: delta, RefundBefore: h.before[i]}}
+		sh.ad.rebase(sh, adj)
+		err = sh.st.Adjust(context.Background(), adj)
 	}
 	h.mu.Lock()
 	h.settled[i] = 2
@@ -440,6 +449,7 @@ func (h *sharedHold) cancel() {
 			adj = append(adj, store.Adjustment{Key: sh.keys[i], Spec: sh.specs[i], Delta: -c, RefundBefore: h.before[i]})
 		}
 	}
+	sh.ad.rebase(sh, adj)
 	if err := sh.st.Adjust(context.Background(), adj); err != nil {
 		h.g.logWarn("gate: returning a cancelled booking failed", err)
 	}
@@ -490,7 +500,9 @@ func (h *sharedHold) release() {
 // error to return.
 func (g *Gate) adjustShared(i int, a store.Adjustment) {
 	a.Key, a.Spec = g.sh.keys[i], g.sh.specs[i]
-	if err := g.sh.st.Adjust(context.Background(), []store.Adjustment{a}); err != nil {
+	adj := []store.Adjustment{a}
+	g.sh.ad.rebase(g.sh, adj)
+	if err := g.sh.st.Adjust(context.Background(), adj); err != nil {
 		g.logWarn("gate: a store adjustment failed ("+g.budgetName(i)+")", err)
 	}
 }
@@ -513,6 +525,7 @@ func (g *Gate) lowerShared(cs []Ceiling) {
 	if len(adj) == 0 {
 		return
 	}
+	g.sh.ad.rebase(g.sh, adj)
 	if err := g.sh.st.Adjust(context.Background(), adj); err != nil {
 		names := make([]string, len(idx))
 		for k, i := range idx {
@@ -524,6 +537,10 @@ func (g *Gate) lowerShared(cs []Ceiling) {
 		g.sh.last[i].Store(min(g.sh.last[i].Load(), adj[k].Delta))
 	}
 }
+
+// sharedBase is the prefix of a shared gate's keys: "gate:{NAME}:" (NAME
+// escaped).
+func sharedBase(name string) string { return "gate:{" + string(gateKeyEsc.Append(nil, name)) + "}:" }
 
 // budgetName is budget i's name: "requests", then the dimensions'.
 func (g *Gate) budgetName(i int) string {
