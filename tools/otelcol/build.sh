@@ -38,9 +38,9 @@ sed "s#output_path: ./_build#output_path: $tmp/src#" manifest.yaml >"$tmp/manife
 "$tmp/bin/builder" --config "$tmp/manifest.yaml" --skip-compilation >&2 ||
 	[ -s "$tmp/src/go.mod" ] || { echo "otelcol: the builder wrote no go.mod" >&2; exit 1; }
 cd "$tmp/src"
-# Without optimisations or inlining (-N -l): a test binary, and less CPU
-# to build.
-go build -trimpath -gcflags "all=-N -l" -ldflags "-s -w" -o "$tmp/otelcol-sluice" . >&2
+# Without optimisations, inlining or DWARF (-N -l -dwarf=false): a test
+# binary, and less CPU to build.
+go build -trimpath -gcflags "all=-N -l -dwarf=false" -ldflags "-s -w" -o "$tmp/otelcol-sluice" . >&2
 mv -f "$tmp/otelcol-sluice" "$bin"
 cd "$here"
 echo "$bin"
