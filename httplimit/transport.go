@@ -50,6 +50,7 @@ type transport struct {
 	maxHint  time.Duration
 	estimate func(*http.Request) int64
 	usage    func(*http.Response) (int64, bool)
+	overload func(*http.Response) bool // WithOverloadClassifier; nil: IsOverload
 }
 
 // WithTokenEstimate charges each request's estimated tokens (f's result)
@@ -259,6 +260,7 @@ func (t *transport) roundTripDo(req *http.Request) (*http.Response, error) {
 			if err != nil {
 				return err
 			}
+			t.feedback(res) // (an adaptive gate learns from overloads)
 			if refused(res) {
 				hint, hinted := RetryHint(res.Header, time.Now(), t.maxHint)
 				if canRetry && attempt < attempts {
@@ -331,6 +333,7 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+		t.feedback(res) // (an adaptive gate learns from overloads)
 		// For a shared gate the settle, the provider's ceilings and the
 		// release go to the gate together (tk.Finish: one store call),
 		// once the answer's body ends; an answer whose usage is not known

@@ -46,6 +46,7 @@ type cli struct {
 	Top       topCmd       `cmd:"" envprefix:"SLUICE_TOP_" help:"Show the heaviest keys of a running service per limit (refused, or admitted cost), refreshing like top."`
 	Overrides overridesCmd `cmd:"" envprefix:"SLUICE_OVERRIDES_" help:"Set, show, list, delete and resolve a running service's overrides (per-descriptor changes of a limit, deny, unlimited)."`
 	Version   versionCmd   `cmd:"" help:"Print the module version and VCS revision."`
+	Usage     usageCmd     `cmd:"" envprefix:"SLUICE_USAGE_" help:"Summarise a --usage-export file per limit and per key, descriptor or instance (table or --json)."`
 
 	// A drop-in for envoyproxy/ratelimit (and its /bin/ratelimit).
 	Ratelimit ratelimitCmd `cmd:"ratelimit" help:"Serve Envoy's RateLimitService configured as envoyproxy/ratelimit is, by its environment variables (REDIS_URL, RUNTIME_ROOT, CONFIG_TYPE...; docs/envoy.md)."`

@@ -71,6 +71,7 @@ type serveCmd struct {
 	LogFormat          string        `default:"json" enum:"json,text" help:"Log records on stderr: json (one object a line) or text (key=value)."`
 	overrideFlags      `embed:""`
 	otelFlags          `embed:""`
+	usageFlags         `embed:""`
 
 	rl *rlHooks // what `sluice ratelimit` adds (ratelimit.go); nil for serve
 }
@@ -95,6 +96,9 @@ func (c serveCmd) Validate() error {
 		return err
 	}
 	if err := c.validateOverrides(); err != nil {
+		return err
+	}
+	if err := c.validateUsage(); err != nil {
 		return err
 	}
 	for _, x := range []struct {
@@ -206,6 +210,10 @@ func (c serveCmd) Run(e *env) error {
 		return err
 	}
 	defer s.stopOTel() // (after the servers have drained: their last spans are flushed)
+	if s.usage, err = s.startUsage(reg); err != nil {
+		return err
+	}
+	defer s.stopUsage() // (after the drain: the interval in progress is exported)
 	st, shared, err := c.openStore(log, reg)
 	if err != nil {
 		return usageError{err} // exit 2: the store's settings cannot work
@@ -354,6 +362,7 @@ type service struct {
 	ov                    overrideState        // policy mode's overrides
 	otel                  *otelState           // --otel's; nil without
 	srv                   *server.Server       // the HTTP service (its audit log)
+	usage                 *usage               // --usage-export's; nil without
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -402,7 +411,7 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 	var keys *server.Keys
 	if s.p != nil {
 		keys = server.NewKeys(c.TopKeys)
-		opts := []limiter.Option{limiter.WithLogger(s.log), limiter.WithRegisterer(reg), limiter.WithKeyObserver(keys)}
+		opts := []limiter.Option{limiter.WithLogger(s.log), limiter.WithRegisterer(reg), limiter.WithKeyObserver(keyObservers(keys, s.usage))}
 		if c.Shadow {
 			opts = append(opts, limiter.WithShadow())
 		}
