@@ -183,7 +183,9 @@ func exhaust(t *testing.T, base, tenant string) {
 	}
 }
 
-// TestImage builds the container image with scripts/image.sh (once) and
+// TestImage builds the container image with scripts/image.sh (once; or
+// takes $SLUICE_IMAGE, an image scripts/image.sh built from this tree
+// beforehand, as the test command does to build it while other tests run) and
 // runs it for real with podman, rootful, on loopback ports: what it holds,
 // the default CMD (the example policy on :8080 and :8081, /healthz and
 // /readyz, a check admitted then refused, over HTTP and gRPC) with a
@@ -198,11 +200,29 @@ func TestImage(t *testing.T) {
 	image := "localhost/sluice:test-" + id
 	name := func(s string) string { return "sluice-test-" + id + "-" + s }
 
+	head, _ := exec.Command("git", "rev-parse", "HEAD").Output() // before the build: others may commit meanwhile
+	if prebuilt := os.Getenv("SLUICE_IMAGE"); prebuilt != "" {
+		image = prebuilt
+		t.Logf("testing $SLUICE_IMAGE=%s, built beforehand by scripts/image.sh (not built, not removed here)", image)
+	} else {
+		buildImage(t, p, image)
+	}
+
+	t.Run("config", func(t *testing.T) { imageConfig(t, p, image) })
+	t.Run("files", func(t *testing.T) { imageFiles(t, p, image, name("files")) })
+	t.Run("version", func(t *testing.T) { imageVersion(t, p, image, strings.TrimSpace(string(head))) })
+	t.Run("default", func(t *testing.T) { imageDefault(t, p, image, name("default")) })
+	t.Run("redis", func(t *testing.T) { imageRedis(t, p, image, name("redis")) })
+	t.Run("ratelimit", func(t *testing.T) { imageRatelimit(t, p, image, name("ratelimit")) })
+}
+
+// buildImage builds image with scripts/image.sh (podman), removed when t
+// ends.
+func buildImage(t *testing.T, p podman, image string) {
 	script, err := filepath.Abs("../../scripts/image.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, _ := exec.Command("git", "rev-parse", "HEAD").Output() // before the build: others may commit meanwhile
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -222,13 +242,6 @@ func TestImage(t *testing.T) {
 		t.Fatalf("scripts/image.sh printed %q, want the tag %q", got, image)
 	}
 	t.Logf("scripts/image.sh built %s in %v", image, time.Since(start).Round(time.Second))
-
-	t.Run("config", func(t *testing.T) { imageConfig(t, p, image) })
-	t.Run("files", func(t *testing.T) { imageFiles(t, p, image, name("files")) })
-	t.Run("version", func(t *testing.T) { imageVersion(t, p, image, strings.TrimSpace(string(head))) })
-	t.Run("default", func(t *testing.T) { imageDefault(t, p, image, name("default")) })
-	t.Run("redis", func(t *testing.T) { imageRedis(t, p, image, name("redis")) })
-	t.Run("ratelimit", func(t *testing.T) { imageRatelimit(t, p, image, name("ratelimit")) })
 }
 
 // The image's configuration: its size, user, entrypoint, default command,
