@@ -30,12 +30,12 @@ const NearLimitRatio = 0.8
 // statsd exporter mapping (examples/prom-statsd-exporter/conf.yaml, the
 // built-in mapping of its USE_PROMETHEUS) makes of them.
 type refStats struct {
-	hits, over, near, within, shadow *prometheus.CounterVec // {domain, key1, key2}
-	requests, errors                 *prometheus.CounterVec
-	latency                          *prometheus.HistogramVec
-	loads, loadErrors                atomic.Int64
-	mu                               sync.Mutex
-	detailed                         map[string]bool // stats keys made of request values
+	limits            *refLimits
+	requests, errors  *prometheus.CounterVec
+	latency           *prometheus.HistogramVec
+	loads, loadErrors atomic.Int64
+	mu                sync.Mutex
+	detailed          map[string]bool // stats keys made of request values
 }
 
 // RegisterReference counts the service's decisions in reg under the
@@ -43,13 +43,14 @@ type refStats struct {
 // working:
 //
 //   - ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
-//     within_limit,shadow_mode}{domain, key1, key2}: per limit, hits
-//     (hits_addend) in total, refused (a shadow_mode limit's would-be
-//     refusals included, also counted in shadow_mode), admitted, and
-//     admitted with more than NearLimitRatio of the limit used. The
-//     labels are the reference's stats key, "DOMAIN.KEY_VALUE.KEY_VALUE..."
-//     split at its dots: domain, key1 and key2 (empty when the key has two
-//     parts; deeper parts dropped, as the mapping does). The key names the
+//     within_limit,shadow_mode}: per limit, hits (hits_addend) in total,
+//     refused (a shadow_mode limit's would-be refusals included, also
+//     counted in shadow_mode), admitted, and admitted with more than
+//     NearLimitRatio of the limit used. The labels are the reference's
+//     stats key, "DOMAIN.KEY_VALUE.KEY_VALUE..." split at its dots as the
+//     mapping splits it: {domain, key1} for a key of two parts, {domain,
+//     key1, key2} for more (deeper parts dropped, their counts summed, as
+//     the mapping does). The key names the
 //     configuration's nodes (a key-only node by its key, a wildcard by its
 //     pattern): bounded by the configuration. detailed_metric and
 //     value_to_metric put request values in it as the reference does, at
@@ -63,16 +64,8 @@ type refStats struct {
 //     ratelimit_service_config_load_error: configurations taken (SetConfig,
 //     NoteConfigLoad(nil)) and refused (NoteConfigLoad(err)).
 func (s *Service) RegisterReference(reg prometheus.Registerer) error {
-	lim := []string{"domain", "key1", "key2"}
-	vec := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, lim)
-	}
 	r := &refStats{
-		hits:     vec("total_hits", "Hits per limit (the reference's name)."),
-		over:     vec("over_limit", "Hits over the limit, shadow_mode's would-be refusals included (the reference's name)."),
-		near:     vec("near_limit", "Admitted hits with more than 80% of the limit used (the reference's name)."),
-		within:   vec("within_limit", "Admitted hits (the reference's name)."),
-		shadow:   vec("shadow_mode", "Hits over a shadow_mode limit, admitted (the reference's name)."),
+		limits:   newRefLimits(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_total_requests", Help: "ShouldRateLimit calls (the reference's name)."}, []string{"grpc_method"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_should_rate_limit_error",
 			Help: "ShouldRateLimit calls that failed, by err_type: redis_error or service_error (the reference's name)."}, []string{"err_type"}),
@@ -84,7 +77,7 @@ func (s *Service) RegisterReference(reg prometheus.Registerer) error {
 		Help: "Rate-limit configurations loaded (the reference's name)."}, func() float64 { return float64(r.loads.Load()) })
 	loadErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error",
 		Help: "Rate-limit configurations refused, the one in force kept (the reference's name)."}, func() float64 { return float64(r.loadErrors.Load()) })
-	for _, c := range []prometheus.Collector{r.hits, r.over, r.near, r.within, r.shadow, r.requests, r.errors, r.latency, loads, loadErrors} {
+	for _, c := range []prometheus.Collector{r.limits, r.requests, r.errors, r.latency, loads, loadErrors} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -188,22 +181,97 @@ func (r *refStats) statKey(domain string, entries [][2]string, path []step) stri
 
 // observe counts a decided descriptor with a limit.
 func (r *refStats) observe(a *applied, st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit) {
-	parts := strings.SplitN(strings.ToValidUTF8(a.stat, "\uFFFD"), ".", 4)
-	labels := []string{parts[0], "", ""}
-	copy(labels[1:], parts[1:min(len(parts), 3)])
-	hits := float64(a.hits)
-	r.hits.WithLabelValues(labels...).Add(hits)
+	c := r.limits.counts(a.stat)
+	hits := uint64(a.hits)
+	c[statHits].Add(hits)
 	if st.Code == rls.RateLimitResponse_OVER_LIMIT || a.shade && !lim.Allowed {
-		r.over.WithLabelValues(labels...).Add(hits)
+		c[statOver].Add(hits)
 		if a.shade {
-			r.shadow.WithLabelValues(labels...).Add(hits)
+			c[statShadow].Add(hits)
 		}
 		return
 	}
-	r.within.WithLabelValues(labels...).Add(hits)
+	c[statWithin].Add(hits)
 	rpu := int64(a.node.Limit.RequestsPerUnit)
 	near := int64(math.Floor(float64(rpu) * NearLimitRatio))
 	if used := rpu - int64(st.LimitRemaining); used > near {
-		r.near.WithLabelValues(labels...).Add(math.Min(hits, float64(used-near)))
+		c[statNear].Add(min(hits, uint64(used-near)))
+	}
+}
+
+// The per-limit counts, in the order of refLimitNames.
+const (
+	statHits = iota
+	statOver
+	statNear
+	statWithin
+	statShadow
+	nStats
+)
+
+var refLimitNames = [nStats][2]string{
+	{"total_hits", "Hits per limit (the reference's name)."},
+	{"over_limit", "Hits over the limit, shadow_mode's would-be refusals included (the reference's name)."},
+	{"near_limit", "Admitted hits with more than 80% of the limit used (the reference's name)."},
+	{"within_limit", "Admitted hits (the reference's name)."},
+	{"shadow_mode", "Hits over a shadow_mode limit, admitted (the reference's name)."},
+}
+
+// refLimits holds the per-limit counts by their labels, and exports them
+// as the reference's mapping does: a stats key of two parts as {domain,
+// key1}, one of more as {domain, key1, key2}. One metric name has both
+// label sets, so it is an unchecked collector (Describe sends nothing).
+type refLimits struct {
+	mu    sync.RWMutex
+	m     map[[3]string]*[nStats]atomic.Uint64 // {domain, key1, key2}; key2 "\x00": none
+	two   [nStats]*prometheus.Desc             // {domain, key1}
+	three [nStats]*prometheus.Desc             // {domain, key1, key2}
+}
+
+func newRefLimits() *refLimits {
+	l := &refLimits{m: map[[3]string]*[nStats]atomic.Uint64{}}
+	for i, n := range refLimitNames {
+		l.two[i] = prometheus.NewDesc("ratelimit_service_rate_limit_"+n[0], n[1], []string{"domain", "key1"}, nil)
+		l.three[i] = prometheus.NewDesc("ratelimit_service_rate_limit_"+n[0], n[1], []string{"domain", "key1", "key2"}, nil)
+	}
+	return l
+}
+
+// counts are the counts of a stats key, made on first use.
+func (l *refLimits) counts(key string) *[nStats]atomic.Uint64 {
+	parts := strings.SplitN(strings.ToValidUTF8(key, "\uFFFD"), ".", 4)
+	k := [3]string{parts[0], "", "\x00"}
+	copy(k[1:], parts[1:min(len(parts), 3)])
+	l.mu.RLock()
+	c := l.m[k]
+	l.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c = l.m[k]; c == nil {
+		c = new([nStats]atomic.Uint64)
+		l.m[k] = c
+	}
+	return c
+}
+
+// Describe sends nothing: the collector is unchecked (see refLimits).
+func (l *refLimits) Describe(chan<- *prometheus.Desc) {}
+
+// Collect sends every count of every limit seen.
+func (l *refLimits) Collect(ch chan<- prometheus.Metric) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for k, c := range l.m {
+		for i := range c {
+			v := float64(c[i].Load())
+			if k[2] == "\x00" {
+				ch <- prometheus.MustNewConstMetric(l.two[i], prometheus.CounterValue, v, k[0], k[1])
+			} else {
+				ch <- prometheus.MustNewConstMetric(l.three[i], prometheus.CounterValue, v, k[0], k[1], k[2])
+			}
+		}
 	}
 }
