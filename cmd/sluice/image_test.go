@@ -481,7 +481,8 @@ func imageRedis(t *testing.T, p podman, image, name string) {
 // /bin/ratelimit as Envoy Gateway starts it (the container's command
 // /bin/ratelimit, no arguments, envoyproxy/ratelimit's environment, the
 // config directory mounted read-only): `sluice ratelimit` on a real Redis,
-// its /healthcheck, a descriptor of one a minute admitted then refused.
+// its /healthcheck, `sluice healthcheck` exec'd in the container, a
+// descriptor of one a minute admitted then refused.
 func imageRatelimit(t *testing.T, p podman, image, name string) {
 	rd := redistest.New(t)
 	root := t.TempDir()
@@ -522,6 +523,11 @@ func imageRatelimit(t *testing.T, p podman, image, name string) {
 			t.Fatalf("/bin/ratelimit: no healthy /healthcheck in 30 s (%d %q %v); logs:\n%s", code, body, err, c.logs(t))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// sluice healthcheck inside the container (the HEALTHCHECK's command,
+	// on this test's PORT): ratelimit mode serves /healthz too.
+	if out := p.out(t, "exec", c.name, "/sluice", "healthcheck", "--url", "http://"+port); !strings.HasPrefix(out, "healthy: ") {
+		t.Fatalf("sluice healthcheck in the container: %q", out)
 	}
 	_, rl := dialRLS(t, &proc{grpc: grpcPort})
 	req := &rls.RateLimitRequest{Domain: "image", HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
