@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -105,6 +106,10 @@ func TestReferenceStatsKeys(t *testing.T) {
 	refAsk(t, svc, desc("files", "files/a.pdf"))
 	refAsk(t, svc, desc("ip", "10.0.0.1"))
 	refAsk(t, svc, desc("plain", "x"))
+	refAsk(t, svc, withLimit(desc("any", "v"), 3, typev3.RateLimitUnit_MINUTE))
+	if got := hits(t, reg, "d", "any_v", ""); got != 1 {
+		t.Errorf("a descriptor's own limit: %v", got)
+	}
 	for _, c := range []struct {
 		key1 string
 		want float64

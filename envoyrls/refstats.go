@@ -116,23 +116,22 @@ func (r *refStats) called(start time.Time) {
 }
 
 // statKey is a matched descriptor's stats key as the reference service
-// makes it (config GetLimit's FullKey): path nil is a descriptor with its
-// own limit, "DOMAIN.KEY_VALUE..." of its entries.
+// makes it (config GetLimit's FullKey), bounded: path nil is a descriptor
+// with its own limit, "DOMAIN.KEY_VALUE..." of its entries as there.
 func (r *refStats) statKey(domain string, entries [][2]string, path []step) string {
-	var b strings.Builder
+	var b, base strings.Builder
 	b.WriteString(domain)
+	base.WriteString(domain)
 	if path == nil {
 		for _, e := range entries {
-			b.WriteByte('.')
-			b.WriteString(e[0])
+			b.WriteString("." + e[0])
+			base.WriteString("." + e[0])
 			if e[1] != "" {
 				b.WriteString("_" + e[1])
 			}
 		}
-		return b.String()
+		return r.bounded(b.String(), base.String())
 	}
-	var base strings.Builder
-	base.WriteString(domain)
 	share := false
 	for _, st := range path {
 		base.WriteString("." + st.node.Key)
@@ -164,7 +163,13 @@ func (r *refStats) statKey(domain string, entries [][2]string, path []step) stri
 			b.WriteString("_" + v)
 		}
 	}
-	key, cfgKey := b.String(), base.String()
+	return r.bounded(b.String(), base.String())
+}
+
+// bounded is key, a stats key with request values in it, while fewer
+// than MaxDetailedKeys such keys were made; beyond, cfgKey, the key
+// without them.
+func (r *refStats) bounded(key, cfgKey string) string {
 	if key == cfgKey {
 		return key
 	}
