@@ -160,7 +160,7 @@ func (b *Bucket) decide(d, cost int64) (sluice.Decision, error) {
 		if ep == nil {
 			return sluice.Decision{}, errNotMade
 		}
-		if cost < 0 || cost > ep.p.limit.Capacity {
+		if uint64(cost) > uint64(ep.p.limit.Capacity) { // (a negative cost too: one compare)
 			return sluice.Decision{}, costError(cost, ep.p.limit.Capacity)
 		}
 		nt, dec, again := ep.p.step(tat, at, cost, true)
@@ -201,7 +201,7 @@ func (b *Bucket) snapshot(d int64) (*epoch, Instant, int64) {
 			return nil, Instant{}, 0
 		}
 		dn := d - ep.origin
-		if dn < 0 || dn > ep.p.maxElap {
+		if uint64(dn) > uint64(ep.p.maxElap) { // (dn < 0 or past MaxElapsed: one compare)
 			if b.fixEpoch(ep, d) {
 				continue
 			}

@@ -121,7 +121,7 @@ func ticked(l Limit, a, d, u uint64) Params {
 	g := gcd(a, d)
 	num, den := a/g, d/g
 	p := Params{limit: l, unit: int64(u), capUnits: l.Capacity * int64(u), num: num, den: den, exact: true,
-		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDivisor(u)}
+		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDiv63(u)}
 	if u&(u-1) == 0 {
 		p.shift = uint(bits.TrailingZeros64(u))
 	}
@@ -167,7 +167,7 @@ func wholeUnits(l Limit, a, b uint64) (Params, bool) {
 		return Params{}, false
 	}
 	p := Params{limit: l, unit: int64(b), capUnits: int64(capU), num: a, den: 1, exact: true,
-		byDen: newDivisor(1), byNum: newDivisor(a), byUnit: newDivisor(b)}
+		byDen: newDivisor(1), byNum: newDivisor(a), byUnit: newDiv63(b)}
 	if b&(b-1) == 0 {
 		p.shift = uint(bits.TrailingZeros64(b))
 	}
@@ -219,7 +219,7 @@ func binaryUnits(l Limit) (Params, error) {
 		return Params{}, invalid("rate %v/s is too small to represent", r)
 	}
 	p := Params{limit: l, unit: 1 << k, shift: k, capUnits: l.Capacity << k, num: num, den: den, exact: exact,
-		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDivisor(1 << k)}
+		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDiv63(1 << k)}
 	p.maxElap = 1 << 61
 	if hi, lo := bits.Mul64(maxV, den); hi < num {
 		if q, _ := bits.Div64(hi, lo, num); q < 1<<61 {

@@ -51,3 +51,38 @@ func (x *divisor) div(hi, lo uint64) (q, r uint64) {
 	}
 	return q1, r >> x.s
 }
+
+// div63 divides numbers below 2^63 (a state's units, a non-negative int64)
+// by a fixed divisor u >= 1 with one multiplication and a shift
+// (Granlund and Montgomery, "Division by invariant integers using
+// multiplication", 1994, theorem 4.2, for 63-bit dividends: with
+// l = ceil(log2 u) and m = ceil(2^(63+l)/u), which fits 64 bits, n/u =
+// floor(n*m / 2^(63+l)) for every n < 2^63), and a power of two by
+// shifting. It is exact, as divisor is: Remaining in whole tokens on
+// every decision's path without divisor's 128-bit steps.
+type div63 struct {
+	m    uint64
+	s    uint
+	pow2 bool
+}
+
+func newDiv63(u uint64) div63 {
+	if u&(u-1) == 0 {
+		return div63{s: uint(bits.TrailingZeros64(u)), pow2: true}
+	}
+	l := uint(bits.Len64(u))           // 2^(l-1) < u < 2^l
+	q, r := bits.Div64(1<<(l-1), 0, u) // 2^(63+l) / u (its high word 2^(l-1) < u)
+	if r != 0 {
+		q++
+	}
+	return div63{m: q, s: l - 1}
+}
+
+// div returns n / u, rounded down; n < 2^63.
+func (x *div63) div(n uint64) uint64 {
+	if x.pow2 {
+		return n >> x.s
+	}
+	hi, _ := bits.Mul64(n, x.m)
+	return hi >> x.s
+}

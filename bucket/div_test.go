@@ -45,3 +45,36 @@ func FuzzDivisor(f *testing.F) {
 	f.Add(uint64(7), uint64(3), uint64(99))
 	f.Fuzz(func(t *testing.T, d, hi, lo uint64) { checkDiv(t, d, hi, lo) })
 }
+
+// TestDiv63MatchesDivision: div63 is exact for every dividend below 2^63
+// (edges: 0, multiples of the divisor and their neighbours, the largest)
+// and random divisors of every size, 6e8 and 1e9 (a token of "100 per
+// minute" and of "1 per second") among them.
+func TestDiv63MatchesDivision(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 7))
+	check := func(u, n uint64) {
+		x := newDiv63(u)
+		if q := x.div(n); q != n/u {
+			t.Fatalf("%d/%d = %d, want %d", n, u, q, n/u)
+		}
+	}
+	edge := []uint64{1, 2, 3, 5, 7, 6e8, 1e9, 1953125, 1<<61 - 1, 1 << 61, 1<<62 + 1, 1<<63 - 1}
+	for _, u := range edge {
+		for _, n := range []uint64{0, 1, u - 1, u, u + 1, 2*u - 1, 1<<63 - 1, 1<<63 - 2, (1<<63 - 1) / u * u, (1<<63-1)/u*u - 1} {
+			if n < 1<<63 {
+				check(u, n)
+			}
+		}
+	}
+	for range 2_000_000 {
+		u := rng.Uint64() >> (1 + rng.UintN(63))
+		if u == 0 {
+			continue
+		}
+		check(u, rng.Uint64()>>1)
+		if n := rng.Uint64N(1<<63/u+1)*u - rng.Uint64N(2); n < 1<<63 { // (near a multiple)
+			check(u, n)
+		}
+	}
+}

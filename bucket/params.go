@@ -81,7 +81,7 @@ type Params struct {
 	maxElap  int64
 	byDen    divisor // fast division by den
 	byNum    divisor // fast division by num
-	byUnit   divisor // fast division by unit
+	byUnit   div63   // fast division by unit (of states, below 2^63)
 }
 
 // Limit returns the limit p was compiled from.
@@ -246,7 +246,11 @@ func (p *Params) Step(tat int64, t Instant, cost int64) (int64, sluice.Decision)
 // restarting its state at t exactly and stepping again.
 func (p *Params) step(tat int64, t Instant, cost int64, reanchor bool) (int64, sluice.Decision, bool) {
 	// p.base, written out: this is the hot path of every decision.
-	hi, lo := bits.Mul64(uint64(min(max(t.Elapsed, 0), p.maxElap)), p.num)
+	d := t.Elapsed
+	if uint64(d) > uint64(p.maxElap) { // (clamped to [0, MaxElapsed]: one compare when inside)
+		d = min(max(d, 0), p.maxElap)
+	}
+	hi, lo := bits.Mul64(uint64(d), p.num)
 	var c uint64
 	lo, c = bits.Add64(lo, t.Phase, 0)
 	q, r := p.byDen.div(hi+c, lo)
@@ -371,8 +375,7 @@ func (p *Params) Refund(tat, cost int64) int64 { return tat - cost*p.unit }
 
 // whole returns x units (x >= 0) in whole tokens, rounded down.
 func (p *Params) whole(x int64) int64 {
-	q, _ := p.byUnit.div(0, uint64(x))
-	return int64(q)
+	return int64(p.byUnit.div(uint64(x)))
 }
 
 // Rebase moves the state's origin forward to t (t.Elapsed >= 0) and returns
