@@ -359,15 +359,23 @@ func (s *Set) del(name string, m map[string]string, policyToo bool) error {
 
 // Sweep removes the overrides expired at now (Resolve skips them
 // already), and returns how many it removed.
-func (s *Set) Sweep(now time.Time) int {
+func (s *Set) Sweep(now time.Time) int { return len(s.SweepExpired(now)) }
+
+// SweepExpired is Sweep returning the overrides it removed (in force until
+// they expired; the audit log records them).
+func (s *Set) SweepExpired(now time.Time) []Override {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ms, n := now.UnixMilli(), 0
+	ms := now.UnixMilli()
+	var gone []Override
 	for len(s.exp) > 0 && s.exp[0].at <= ms {
 		e := heap.Pop(&s.exp).(expiry)
 		r := e.r
-		if r.g.ix.current(r) && s.del(r.Name(), r.Match(), true) == nil {
-			n++
+		if r.g.ix.current(r) {
+			o := r.Override()
+			if s.del(r.Name(), r.Match(), true) == nil {
+				gone = append(gone, o)
+			}
 		}
 	}
 	for k, in := range s.inactive {
@@ -375,7 +383,7 @@ func (s *Set) Sweep(now time.Time) int {
 			delete(s.inactive, k)
 		}
 	}
-	return n
+	return gone
 }
 
 // current reports whether r is the rule ix holds for its match.

@@ -95,3 +95,23 @@ func TestMemoryAuditKeepsTheLast(t *testing.T) {
 		t.Fatalf("n 2: %s", got)
 	}
 }
+
+// An override whose ttl passes is swept at the next sync and recorded as
+// expired by the system.
+func TestAuditRecordsAnExpiry(t *testing.T) {
+	ts := newOverrideServer(t, nil, nil)
+	if code, d := do(t, ts, "PUT", "/v1/overrides", `{"name": "tenant_api", "match": {"tenant": "brief"}, "capacity": 5, "ttl_s": 1}`); code != 200 {
+		t.Fatalf("PUT: %d %v", code, d)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if err := ts.srv.SyncOverridesNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, d := do(t, ts, "GET", "/v1/audit", "")
+	recs := d["records"].([]any)
+	last := recs[len(recs)-1].(map[string]any)
+	if len(recs) != 2 || last["action"] != "override_expire" || last["actor"] != "system" ||
+		last["change"].(map[string]any)["match"].(map[string]any)["tenant"] != "brief" {
+		t.Fatalf("records %v", recs)
+	}
+}

@@ -27,8 +27,14 @@ func (s *Server) SyncOverridesNow(ctx context.Context) error {
 		return nil
 	}
 	s.ovMu.Lock()
+	// Expired overrides are swept (and recorded) before the store's
+	// state, which no longer holds them, is read.
+	expired := set.SweepExpired(time.Now())
 	problems, err := overrides.Sync(ctx, set, st)
 	s.ovMu.Unlock()
+	for _, o := range expired {
+		s.Audit(ctx, ActorSystem, "override_expire", "ttl", "", o)
+	}
 	for _, p := range problems {
 		s.cfg.Logger.Warn("override held inactive: the policy in force refuses it", "error", p.Error())
 	}
