@@ -197,6 +197,8 @@ func FuzzParse(f *testing.F) {
 	b, _ := os.ReadFile("testdata/config/edge.yaml")
 	f.Add(b)
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: day, requests_per_unit: 7}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    value: a*b*\n    share_threshold: true\n    quota_mode: true\n    detailed_metric: true\n" +
+		"    value_to_metric: true\n    metadata: {x: [1]}\n    rate_limit: {unit: minute, requests_per_unit: 0, name: n, replaces: [{name: m}]}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		// Never panics; an error is Errors, each problem with a message.
 		domain, root, err := envoyrls.Parse(src)
