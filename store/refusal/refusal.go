@@ -44,6 +44,11 @@
 //     box, or a pause, that the store itself enforces).
 //   - It holds at most N refusals (New): at N a new one evicts expired ones
 //     first, then the oldest, in O(1).
+//   - It answers only while the store is known to answer (WithLiveness): a
+//     store/failover above it sees an outage within DefaultLiveness even
+//     when every request is one the cache refuses. A call the store fails
+//     drops every refusal held (a store that comes back may have lost its
+//     state: a Redis restarted empty).
 //
 // Peeks, Adjust, AdjustRelease, Release, Renew and Ping go to the wrapped
 // store.
@@ -51,6 +56,7 @@ package refusal
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +83,23 @@ func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 // "".
 func WithLabel(f func(key string) string) Option { return func(s *Store) { s.label = f } }
 
+// DefaultLiveness is WithLiveness's default: store/failover's probe
+// interval.
+const DefaultLiveness = 250 * time.Millisecond
+
+// WithLiveness makes the cache answer only while the wrapped store is known
+// to answer (when it can be pinged: a Ping method, as store/redisstore's):
+// an answer from it (a call that did not fail) vouches for it for d; a
+// request the cache would refuse after that pings it first, and on an
+// error returns the error instead, so that a store/failover above sees the
+// outage and decides by on_store_error (without the cache: it is not
+// called while degraded). So an outage that no request reaching the store
+// has shown yet (every request refused by the cache) is found within d
+// and a Ping, at the cost of at most one Ping per d while the cache
+// answers. 0: the cache answers whether or not the store does (its
+// refusals are the store's). Default DefaultLiveness.
+func WithLiveness(d time.Duration) Option { return func(s *Store) { s.live = int64(max(d, 0)) } }
+
 // Stats counts the cache's work.
 type Stats struct {
 	Hits      uint64 // requests answered from the cache (no store call)
@@ -100,6 +123,17 @@ type Store struct {
 	dropped atomic.Uint64
 	evicted atomic.Uint64
 	byLabel sync.Map // string -> *atomic.Uint64
+	// Liveness (WithLiveness): the wrapped store's Ping (nil: none), how
+	// long an answer from it vouches for it, when it last answered (the
+	// cache's ns), and whether a Ping is under way.
+	ping    func(context.Context) error
+	live    int64
+	lastOK  atomic.Int64
+	pinging atomic.Bool
+	// gen moves when the wrapped store fails: the refusals held from
+	// before are no longer trusted (a store that comes back may have lost
+	// its state).
+	gen atomic.Uint64
 }
 
 type shard struct {
@@ -124,6 +158,7 @@ type entry struct {
 	dec        sluice.Decision // the store's
 	at         int64           // the cache's ns when the refused request was sent
 	deadline   int64           // at + dec.RetryAfter
+	gen        uint64          // Store.gen when it was kept
 	hits       *atomic.Uint64
 	prev, next *entry
 }
@@ -131,7 +166,10 @@ type entry struct {
 // New wraps inner with a cache of at most n refusals. With n < 1 it
 // returns inner's calls unchanged (a cache of nothing).
 func New(inner store.Store, n int, opts ...Option) *Store {
-	s := &Store{inner: inner}
+	s := &Store{inner: inner, live: int64(DefaultLiveness)}
+	if p, ok := inner.(interface{ Ping(context.Context) error }); ok {
+		s.ping = p.Ping
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -205,7 +243,9 @@ func sameSpec(a, b *store.Spec) bool {
 // single-item refusal it answers is kept.
 func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, error) {
 	if !s.cacheable(items) {
+		at := s.now()
 		r, err := s.inner.Take(ctx, items)
+		s.answered(err, at)
 		if s.entries.Load() > 0 {
 			s.touched(items, err == nil && r.Allowed)
 		}
@@ -225,13 +265,18 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 			case !sameSpec(e.spec, it.Spec) || !sameSpec(e.base, it.Base):
 				s.dropLocked(sh, e) // decided under another spec from now on
 				s.dropped.Add(1)
+			case e.gen != s.gen.Load():
+				s.dropLocked(sh, e) // kept before the store failed
 			case now >= e.deadline:
 				s.dropLocked(sh, e)
 				expired = true
 			case it.Cost >= e.cost && e.deadline-now > s.maxWait(it):
 				if dec, ok := e.spec.RefusedAfter(e.dec, e.cost, it.Cost, time.Duration(now-e.at)); ok {
-					e.hits.Add(1)
 					sh.mu.Unlock()
+					if err := s.alive(ctx, now); err != nil {
+						return store.Result{}, err
+					}
+					e.hits.Add(1)
 					s.hits.Add(1)
 					it.Decision, it.RefundBefore, it.Wait = dec, 0, 0
 					return store.Result{}, nil
@@ -274,19 +319,21 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 // (epoch read before), and keeps the refusal its answer tells.
 func (s *Store) take(ctx context.Context, items []store.Item, sh *shard, epoch uint64, now int64) (store.Result, error) {
 	it := &items[0]
+	gen := s.gen.Load()
 	r, err := s.inner.Take(ctx, items)
+	s.answered(err, now)
 	switch {
 	case err != nil:
 	case r.Allowed:
 		// An admission that leaves less than its cost: the next request of
 		// that cost is refused, and the store's refusal can be told now.
 		if dec, ok := it.Spec.RefusedNext(it.Decision, it.Cost); ok {
-			s.keep(sh, epoch, it, dec, now)
+			s.keep(sh, epoch, gen, it, dec, now)
 		} else {
 			s.touched(items, true)
 		}
 	case !it.Decision.Allowed && it.Decision.RetryAfter > 0:
-		s.keep(sh, epoch, it, it.Decision, now)
+		s.keep(sh, epoch, gen, it, it.Decision, now)
 	}
 	return r, err
 }
@@ -331,10 +378,11 @@ func (s *Store) maxWait(it *store.Item) int64 {
 // keep records dec, the store's refusal of it's request (or the refusal
 // its admission implies for the next such request), the request sent at
 // at, in place of the key's refusal held; unless a return of budget to the
-// shard's keys began since epoch was read (then it drops the key's).
-func (s *Store) keep(sh *shard, epoch uint64, it *store.Item, dec sluice.Decision, at int64) {
+// shard's keys began since epoch was read, or the store failed since gen
+// was (then it drops the key's).
+func (s *Store) keep(sh *shard, epoch, gen uint64, it *store.Item, dec sluice.Decision, at int64) {
 	e := &entry{key: it.Key, spec: it.Spec, base: it.Base, cost: it.Cost, dec: dec, at: at,
-		deadline: at + int64(dec.RetryAfter)}
+		deadline: at + int64(dec.RetryAfter), gen: gen}
 	_, ok := it.Spec.RefusedAfter(dec, it.Cost, it.Cost, 0)
 	if ok && e.deadline > at { // (not an overflow: a refusal for longer than the cache's clock counts)
 		e.hits = s.counter(s.label(it.Key))
@@ -346,7 +394,7 @@ func (s *Store) keep(sh *shard, epoch uint64, it *store.Item, dec sluice.Decisio
 	if old := sh.m[it.Key]; old != nil {
 		s.dropLocked(sh, old)
 	}
-	if e == nil || sh.epoch != epoch {
+	if e == nil || sh.epoch != epoch || s.gen.Load() != gen {
 		return
 	}
 	now := s.now()
@@ -432,7 +480,9 @@ func (s *Store) Adjust(ctx context.Context, adj []store.Adjustment) error {
 		return s.inner.Adjust(ctx, adj)
 	}
 	s.forget(adj)
+	at := s.now()
 	err := s.inner.Adjust(ctx, adj)
+	s.answered(err, at)
 	s.forget(adj)
 	return err
 }
@@ -446,7 +496,9 @@ func (s *Store) AdjustRelease(ctx context.Context, adj []store.Adjustment, slots
 		return store.AdjustRelease(ctx, s.inner, adj, slots)
 	}
 	s.forget(adj)
+	at := s.now()
 	err := store.AdjustRelease(ctx, s.inner, adj, slots)
+	s.answered(err, at)
 	s.forget(adj)
 	return err
 }
@@ -478,8 +530,44 @@ func (s *Store) Renew(ctx context.Context, slots store.Slots, ttl time.Duration)
 // Ping checks the wrapped store when it can be pinged (store/failover
 // probes through it).
 func (s *Store) Ping(ctx context.Context) error {
-	if p, ok := s.inner.(interface{ Ping(context.Context) error }); ok {
-		return p.Ping(ctx)
+	if s.ping == nil {
+		return nil
 	}
-	return nil
+	start := s.now()
+	err := s.ping(ctx)
+	s.answered(err, start)
+	return err
+}
+
+// answered notes a call to the wrapped store sent at at: one that did not
+// fail vouches for it (WithLiveness); one that failed (but for an invalid
+// request, a full store or a caller giving up) drops every refusal held,
+// as the store may have lost its state by the time it answers again.
+func (s *Store) answered(err error, at int64) {
+	if err != nil && !errors.Is(err, store.ErrInvalidItem) && !errors.Is(err, store.ErrFull) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrCannotRenew) {
+		// The store failed (or did not answer in time): whatever it held
+		// may be gone when it answers again.
+		s.gen.Add(1)
+		return
+	}
+	if err == nil && s.live > 0 {
+		for {
+			old := s.lastOK.Load()
+			if old >= at || s.lastOK.CompareAndSwap(old, at) {
+				return
+			}
+		}
+	}
+}
+
+// alive is nil when the wrapped store is known to answer at now (or
+// cannot be pinged, or WithLiveness is 0); else it pings it, one caller at
+// a time (the others answer meanwhile), and returns the Ping's error.
+func (s *Store) alive(ctx context.Context, now int64) error {
+	if s.ping == nil || s.live == 0 || now-s.lastOK.Load() < s.live || !s.pinging.CompareAndSwap(false, true) {
+		return nil
+	}
+	defer s.pinging.Store(false)
+	return s.Ping(ctx)
 }

@@ -5,6 +5,7 @@ package refusal_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -333,5 +334,72 @@ func TestAdjustReleaseDropsTheRefusal(t *testing.T) {
 	before := inner.takes.Load()
 	if r, _ := take1(t, s, it); !r.Allowed || inner.takes.Load() != before+1 {
 		t.Fatal("rule: after a return through AdjustRelease the store decides (and admits)")
+	}
+}
+
+// pingable is a store that can be pinged, and made to fail its pings.
+type pingable struct {
+	store.Store
+	down  atomic.Bool
+	pings atomic.Int64
+}
+
+var errDown = fmt.Errorf("test: %w", store.ErrUnavailable)
+
+func (p *pingable) Ping(context.Context) error {
+	p.pings.Add(1)
+	if p.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+// The cache answers while the store is known to answer: a call that did
+// not fail vouches for it for the liveness window; after that a request
+// the cache would refuse pings it first (one Ping per window), and an
+// error is returned for the failover above to see.
+func TestLiveness(t *testing.T) {
+	c := sluice.NewManualClock(epoch)
+	inner := &pingable{Store: memstore.New(memstore.WithClock(c))}
+	s := refusal.New(inner, 100, refusal.WithClock(c), refusal.WithLiveness(time.Second))
+	sp := mustSpec(t, bucketLimit(1, 0.0001))
+	it := store.Item{Key: "k", Spec: sp, Cost: 1}
+	take1(t, s, it) // admitted, leaving 0: the next is refused from the cache
+	for range 3 {
+		c.Advance(300 * time.Millisecond)
+		if r, _ := take1(t, s, it); r.Allowed || inner.pings.Load() != 0 {
+			t.Fatalf("rule: within the window no Ping: %+v, %d pings", r, inner.pings.Load())
+		}
+	}
+	c.Advance(200 * time.Millisecond) // 1.1 s since the store last answered
+	take1(t, s, it)
+	take1(t, s, it)
+	if inner.pings.Load() != 1 || s.Stats().Hits != 5 {
+		t.Fatalf("rule: past the window one Ping, then answers: %d pings, %+v", inner.pings.Load(), s.Stats())
+	}
+	inner.down.Store(true)
+	c.Advance(2 * time.Second)
+	if _, err := s.Take(context.Background(), []store.Item{it}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("rule: a store that does not answer its Ping is an error, not a cached answer: %v", err)
+	}
+	if s.Stats().Hits != 5 {
+		t.Fatal("answered from the cache while the store did not answer")
+	}
+	// Back: the refusals held before the failure are not trusted (the
+	// store may have lost its state): the next request is the store's.
+	inner.down.Store(false)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Stats().Hits
+	if take1(t, s, it); s.Stats().Hits != before {
+		t.Fatal("rule: after a failure of the store its earlier refusals are not answered")
+	}
+	// Off: the cache answers whatever the store does.
+	off := refusal.New(inner, 100, refusal.WithClock(c), refusal.WithLiveness(0))
+	take1(t, off, store.Item{Key: "j", Spec: sp, Cost: 1})
+	c.Advance(time.Hour)
+	if r, err := off.Take(context.Background(), []store.Item{{Key: "j", Spec: sp, Cost: 1}}); err != nil || r.Allowed || off.Stats().Hits != 1 {
+		t.Fatalf("WithLiveness(0): %+v %v", r, err)
 	}
 }
