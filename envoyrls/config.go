@@ -40,6 +40,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/yamlmsg"
 
@@ -69,7 +70,8 @@ type Node struct {
 	ValueToMetric  bool // value_to_metric
 	ShareThreshold bool // share_threshold: values matching the wildcard share one bucket
 
-	wild []string // Value split at each *, when it has one
+	wild []string                 // Value split at each *, when it has one
+	ref  atomic.Pointer[refCache] // where the reference's metrics count it, once known
 }
 
 // Limit is a node's rate_limit.

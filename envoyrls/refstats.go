@@ -33,6 +33,8 @@ type refStats struct {
 	limits            *refLimits
 	requests, errors  *prometheus.CounterVec
 	latency           *prometheus.HistogramVec
+	calls             prometheus.Counter  // requests{grpc_method="ShouldRateLimit"}
+	callTime          prometheus.Observer // latency's
 	loads, loadErrors atomic.Int64
 	mu                sync.Mutex
 	detailed          map[string]bool // stats keys made of request values
@@ -84,6 +86,7 @@ func (s *Service) RegisterReference(reg prometheus.Registerer) error {
 	}
 	r.errors.WithLabelValues("redis_error")
 	r.errors.WithLabelValues("service_error")
+	r.calls, r.callTime = r.requests.WithLabelValues("ShouldRateLimit"), r.latency.WithLabelValues("ShouldRateLimit")
 	s.ref = r
 	return nil
 }
@@ -111,8 +114,46 @@ func (r *refStats) callError(errType string) {
 
 // called counts a call that started at start.
 func (r *refStats) called(start time.Time) {
-	r.requests.WithLabelValues("ShouldRateLimit").Inc()
-	r.latency.WithLabelValues("ShouldRateLimit").Observe(time.Since(start).Seconds())
+	r.calls.Inc()
+	r.callTime.Observe(time.Since(start).Seconds())
+}
+
+// refCache is a node's counts, for a stats key that names only the
+// configuration (the same for every request that reaches the node).
+type refCache struct {
+	r      *refStats
+	domain string
+	counts *[nStats]atomic.Uint64
+}
+
+// countsFor is where a matched descriptor is counted (statKey's key),
+// kept on the node when the key names only the configuration.
+func (r *refStats) countsFor(domain string, entries [][2]string, path []step) *[nStats]atomic.Uint64 {
+	if path == nil || !static(path) {
+		return r.limits.counts(r.statKey(domain, entries, path))
+	}
+	leaf := path[len(path)-1].node
+	if c := leaf.ref.Load(); c != nil && c.r == r && c.domain == domain {
+		return c.counts
+	}
+	c := &refCache{r: r, domain: domain, counts: r.limits.counts(r.statKey(domain, entries, path))}
+	leaf.ref.Store(c)
+	return c.counts
+}
+
+// static reports whether a path's stats key names only the configuration:
+// no detailed_metric at its end, no value_to_metric where a request's
+// value would show (a wildcard without share_threshold, a key-only node).
+func static(path []step) bool {
+	if path[len(path)-1].node.DetailedMetric {
+		return false
+	}
+	for _, st := range path {
+		if st.node.ValueToMetric && (st.how == byKeyOnly || st.how == byWild && !st.node.ShareThreshold) {
+			return false
+		}
+	}
+	return true
 }
 
 // statKey is a matched descriptor's stats key as the reference service
@@ -186,7 +227,7 @@ func (r *refStats) bounded(key, cfgKey string) string {
 
 // observe counts a decided descriptor with a limit.
 func (r *refStats) observe(a *applied, st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit) {
-	c := r.limits.counts(a.stat)
+	c := a.stat
 	hits := uint64(a.hits)
 	c[statHits].Add(hits)
 	if st.Code == rls.RateLimitResponse_OVER_LIMIT || a.shade && !lim.Allowed {

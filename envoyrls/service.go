@@ -100,7 +100,7 @@ func grpcError(p answer.Problem) error { return status.Error(codes.Code(p.GRPC),
 type applied struct {
 	node  *Node
 	key   string
-	stat  string // the reference's stats key ("domain.key_value..."), when counted
+	stat  *[nStats]atomic.Uint64 // where the reference's metrics count it, when they are counted
 	hits  int64
 	item  int // index in items (in quota when quota), -1 when not taken (no limit, unlimited, shadow, or over capacity)
 	over  bool
@@ -212,7 +212,7 @@ func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node, ov *overrides) 
 		}
 		a.node, a.key = node, string(key)
 		if c.ref != nil {
-			a.stat = c.ref.statKey(req.GetDomain(), entries, path)
+			a.stat = c.ref.countsFor(req.GetDomain(), entries, path)
 		}
 		if len(node.Limit.Replaces) > 0 {
 			replacing = true
