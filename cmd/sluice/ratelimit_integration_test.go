@@ -344,6 +344,11 @@ func TestRatelimitBasic(t *testing.T) {
 			env["LOCAL_CACHE_SIZE_IN_BYTES"], env["CACHE_KEY_PREFIX"] = tc.cache, tc.prefix
 			p := startRatelimit(t, env)
 			testRatelimitBasic(t, p)
+			if tc.cache == "" && tc.prefix == "prefix:" {
+				if n, err := redistest.Do(r.Addr, "KEYS", "prefix:*"); err != nil || n == "*0" { // (the reply's first line: *COUNT)
+					t.Fatalf("no key under CACHE_KEY_PREFIX: %q %v", n, err)
+				}
+			}
 			// The reference's local cache is sluice's refusal cache: the
 			// repeated refusals were answered from it.
 			hits := rlMetricSum(t, p.metrics, "sluice_refusal_cache_hits_total")
@@ -352,6 +357,28 @@ func TestRatelimitBasic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The reference's TestBasicAuthConfig and
+// TestBasicAuthConfigWithRedisCluster: REDIS_AUTH, and REDIS_TYPE=cluster
+// with REDIS_URL naming the nodes.
+func TestRatelimitBasicRedisAuthAndCluster(t *testing.T) {
+	t.Run("WithRedisAuth", func(t *testing.T) {
+		r := redistest.New(t, "--requirepass", "password123")
+		root := filepath.Join(t.TempDir(), "runtime", "current")
+		writeRuntime(t, root, map[string]string{"ratelimit/config/basic.yaml": rtBasic, "ratelimit/config/another.yaml": rtAnother})
+		env := rlEnv(t, root, r.Addr)
+		env["REDIS_AUTH"] = "password123"
+		testRatelimitBasic(t, startRatelimit(t, env))
+	})
+	t.Run("WithRedisCluster", func(t *testing.T) {
+		cl := redistest.NewCluster(t, 3)
+		root := filepath.Join(t.TempDir(), "runtime", "current")
+		writeRuntime(t, root, map[string]string{"ratelimit/config/basic.yaml": rtBasic, "ratelimit/config/another.yaml": rtAnother})
+		env := rlEnv(t, root, strings.Join(cl.Addrs(), ","))
+		env["REDIS_TYPE"] = "cluster"
+		testRatelimitBasic(t, startRatelimit(t, env))
+	})
 }
 
 func testRatelimitBasic(t *testing.T, p *rlProc) {
