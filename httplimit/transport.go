@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // TransportOption configures NewTransport.
@@ -51,6 +52,8 @@ type transport struct {
 	estimate func(*http.Request) int64
 	usage    func(*http.Response) (int64, bool)
 	overload func(*http.Response) bool // WithOverloadClassifier; nil: IsOverload
+	prices   *policy.Prices                   // WithPrices (httplimit/spend.go)
+	usageEst func(*http.Request) policy.Usage // WithUsageEstimate
 }
 
 // WithTokenEstimate charges each request's estimated tokens (f's result)
@@ -184,7 +187,7 @@ func rewindable(r *http.Request) bool {
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = t.withTraceParent(req) // (a traced gate: its span joins the request's trace)
-	if t.estimate != nil {
+	if t.estimate != nil || t.prices != nil {
 		return t.roundTripTokens(req)
 	}
 	return t.roundTripDo(req)
@@ -316,10 +319,23 @@ func (t *transport) roundTripDo(req *http.Request) (*http.Response, error) {
 func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 	canRetry := idempotent(req) && rewindable(req)
 	attempts := max(t.g.Config().Retry.MaxAttempts, 1)
-	est := t.estimate(req)
+	var est, micro int64
+	if t.estimate != nil {
+		est = t.estimate(req)
+	}
+	var spend policy.Usage // (WithPrices: the estimate, priced as micro)
+	if t.prices != nil {
+		var err error
+		if spend, micro, err = t.spendEstimate(req, est); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
 	var last error
 	for attempt := 1; ; attempt++ {
-		tk, err := t.g.Reserve(req.Context(), t.cost(req), gate.Charge("tokens", est), gate.RetryAttempt(attempt))
+		tk, err := t.g.Reserve(req.Context(), t.cost(req), t.charges(est, micro, attempt)...)
 		if err != nil {
 			if req.Body != nil && attempt == 1 {
 				req.Body.Close()
@@ -340,7 +356,7 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 		// then (a stream) has its ceilings applied at once. A gate in
 		// process settles and lowers at once.
 		cs := t.ceilings(res.Header)
-		settle := map[string]int64{"tokens": 0} // refused: no tokens used
+		settle := t.zeroSettle() // refused: no tokens used
 		if refused(res) {
 			hint, hinted := RetryHint(res.Header, time.Now(), t.maxHint)
 			if hinted {
@@ -356,20 +372,18 @@ func (t *transport) roundTripTokens(req *http.Request) (*http.Response, error) {
 				}
 				continue
 			}
-		} else if used, ok := t.usedTokens(res); ok {
-			settle["tokens"] = max(used, 0)
 		} else {
-			settle = nil
+			settle = t.usedSettle(res, spend) // (nil: the usage is not known)
 		}
 		if shared := t.g.Config().Store != nil; !shared || settle == nil {
 			if len(cs) > 0 {
 				t.g.LowerAll(cs)
 				cs = nil
 			}
-			if settle != nil {
-				tk.SettleCharge("tokens", settle["tokens"])
-				settle = nil
+			for name, n := range settle {
+				tk.SettleCharge(name, n)
 			}
+			settle = nil
 		}
 		holdUntilEnd(req.Context(), res, func() { finish(tk, settle, cs) })
 		return res, nil
@@ -399,7 +413,7 @@ func (t *transport) sendHolding(req *http.Request, n int, tk *gate.Ticket) (res 
 	answered := false
 	defer func() {
 		if !answered {
-			finish(tk, map[string]int64{"tokens": 0}, nil)
+			finish(tk, t.zeroSettle(), nil)
 		}
 	}()
 	res, err = t.sendOnly(req, n)
