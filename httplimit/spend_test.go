@@ -134,4 +134,3 @@ func TestUsageOf(t *testing.T) {
 		t.Error("a stream read ahead")
 	}
 }
-

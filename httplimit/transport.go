@@ -51,7 +51,7 @@ type transport struct {
 	maxHint  time.Duration
 	estimate func(*http.Request) int64
 	usage    func(*http.Response) (int64, bool)
-	overload func(*http.Response) bool // WithOverloadClassifier; nil: IsOverload
+	overload func(*http.Response) bool        // WithOverloadClassifier; nil: IsOverload
 	prices   *policy.Prices                   // WithPrices (httplimit/spend.go)
 	usageEst func(*http.Request) policy.Usage // WithUsageEstimate
 }
