@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +87,6 @@ type usage struct {
 	done     chan struct{}
 	rows     prometheus.Counter
 	once     sync.Once
-	closed   atomic.Bool
 }
 
 // usageSink writes an interval's rows.
