@@ -208,7 +208,8 @@ func ratelimitServe(getenv func(string) string) (serveCmd, error) {
 		return serveCmd{}, err
 	}
 	if _, err := parser.Parse(args); err != nil {
-		return serveCmd{}, fmt.Errorf("the environment makes %s: %w", strings.Join(args, " "), err)
+		// (Not the arguments themselves: --store holds REDIS_AUTH.)
+		return serveCmd{}, fmt.Errorf("serve's flags as the environment sets them: %w", err)
 	}
 	c := cl.Serve
 	c.rl = newRLHooks(rs)

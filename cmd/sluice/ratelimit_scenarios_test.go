@@ -408,6 +408,8 @@ func TestRatelimitEnvErrors(t *testing.T) {
 		{map[string]string{"PROMETHEUS_MAPPER_YAML": "/etc/mapper.yaml"}, "PROMETHEUS_MAPPER_YAML"},
 		{map[string]string{"RUNTIME_SUBDIRECTORY": "nothing-here"}, "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "maybe"}, "CONFIG_GRPC_XDS_SERVER_USE_TLS"},
+		{map[string]string{"REDIS_URL": "127.0.0.1:1", "REDIS_AUTH": "s3cret", "REDIS_POOL_SIZE": "-1"}, "--store-pool-size"},
+		{map[string]string{"REDIS_URL": "127.0.0.1:1", "REDIS_TIMEOUT": "soon"}, "REDIS_TIMEOUT"},
 	} {
 		env := rlEnv(t, root, "")
 		for k, v := range tc.set {
@@ -416,8 +418,8 @@ func TestRatelimitEnvErrors(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		out, err := rlCommand(ctx, env).CombinedOutput()
 		cancel()
-		if err == nil || !strings.Contains(string(out), tc.want) {
-			t.Errorf("%v: %v, output %q; want an error naming %s", tc.set, err, out, tc.want)
+		if err == nil || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "s3cret") {
+			t.Errorf("%v: %v, output %q; want an error naming %s (and no password)", tc.set, err, out, tc.want)
 		}
 	}
 	// Accepted: unknown variables, the reference's no-effect ones, and
