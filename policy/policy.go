@@ -132,6 +132,10 @@ type Limit struct {
 	// (micro-dollars at the policy's Prices). See CountsUsage.
 	Unit string
 
+	// Adaptive (adaptive), for a token bucket, makes its refill a ceiling
+	// that learns from feedback (policy/adaptive.go); nil: a fixed refill.
+	Adaptive *Adaptive
+
 	// Line is where the limit starts in the file.
 	Line int
 

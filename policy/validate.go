@@ -329,6 +329,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 	l.Kind = kind
 	if known {
 		kindDefs[kind].parse(f, l)
+		f.adaptive(l)
 	}
 	f.unknownFields(kind, known)
 	if f.failed() {
