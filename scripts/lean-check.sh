@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks that the library is lean: a module that imports only the library
 # packages (sluice, bucket, window, quota, gate, httplimit, policy,
-# limiter, overrides, store, store/memstore) has in its module graph (go mod graph)
-# no gRPC, Envoy protos, Redis client, plotting or CLI library. The
+# limiter, overrides, store, store/memstore, tracing) has in its module graph (go mod graph)
+# no gRPC, Envoy protos, Redis client, OpenTelemetry, plotting or CLI
+# library (the tracing package is a hook of its own). The
 # consumer module is made in a temporary directory, requiring this
 # repository's root module by a replace directive.
 set -euo pipefail
@@ -33,6 +34,7 @@ import (
 	_ "github.com/sluicehq/sluice/quota"
 	_ "github.com/sluicehq/sluice/store"
 	_ "github.com/sluicehq/sluice/store/memstore"
+	_ "github.com/sluicehq/sluice/tracing"
 	_ "github.com/sluicehq/sluice/window"
 )
 
@@ -42,7 +44,7 @@ export GOWORK=off
 GOFLAGS=-mod=mod go mod tidy
 go build ./...
 mods=$(go mod graph | awk '{print $2}' | sed 's/@.*//' | grep -vx 'go\|toolchain' | sort -u)
-heavy='google.golang.org/grpc|envoyproxy|redis|rueidis|gonum|kong|progressbar'
+heavy='google.golang.org/grpc|envoyproxy|redis|rueidis|gonum|kong|progressbar|opentelemetry'
 if bad=$(echo "$mods" | grep -E "$heavy"); then
 	echo "lean-check: the library's module graph holds service dependencies:" >&2
 	echo "$bad" >&2
