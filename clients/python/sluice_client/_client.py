@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type
 from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import Headers, parse_provider_limits, retry_hint
 from ._overrides import _AsyncOverrides, _Overrides
+from ._usage import usage_fields
 
 __all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket", "trace"]
 
@@ -140,8 +141,8 @@ def _descriptors(descriptors: Any) -> Dict[str, str]:
     return out
 
 
-def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping[str, int]], max_wait: Optional[float], reserve: bool) -> Dict[str, Any]:
-    b: Dict[str, Any] = {"descriptors": _descriptors(descriptors)}
+def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping[str, int]], max_wait: Optional[float], reserve: bool, usage_estimate: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    b: Dict[str, Any] = {"descriptors": _descriptors(descriptors), **usage_fields("usage_estimate", usage_estimate)}
     if cost is not None:
         b["cost"] = _cost(cost, "cost")
     if costs:
@@ -296,16 +297,16 @@ class Client(_Overrides):
     # -- the calls --------------------------------------------------------
 
     def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-              max_wait: Optional[float] = None) -> Decision:
+              max_wait: Optional[float] = None, usage_estimate: Optional[Mapping[str, Any]] = None) -> Decision:
         """Admit one request (``cost`` for every limit, ``costs`` per limit
-        name), waiting in the limits' line up to ``max_wait`` seconds (the
-        service holds the call). A refusal is a Decision with ``allowed``
-        False (and ``denied`` True when a deny override refused it)."""
-        _, body = self._post("/v1/check", _body(descriptors, cost, costs, max_wait, False), wait=max_wait or 0.0, ok_statuses=(200, 429, 403))
+        name, ``usage_estimate={"model", "input_tokens", "max_output_tokens"}``
+        its spend and tokens), waiting in the limits' line up to ``max_wait``
+        seconds. A refusal is a Decision with ``allowed`` False (``denied`` True for a deny override)."""
+        _, body = self._post("/v1/check", _body(descriptors, cost, costs, max_wait, False, usage_estimate), wait=max_wait or 0.0, ok_statuses=(200, 429, 403))
         return Decision._of(body)
 
     def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                max_wait: float) -> "Reservation":
+                max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> "Reservation":
         """Book a place in the limits' line without holding a connection:
         the Reservation says after how many seconds (``wait``) it may act.
         Raises ``RateLimited`` when the wait would exceed ``max_wait``
@@ -313,7 +314,7 @@ class Client(_Overrides):
         refused it."""
         if max_wait is None:
             raise ValueError("reserve needs max_wait (seconds)")
-        body = _body(descriptors, cost, costs, max_wait, True)
+        body = _body(descriptors, cost, costs, max_wait, True, usage_estimate)
         status, ans = self._post("/v1/check", body, ok_statuses=(200, 429, 403))
         d = Decision._of(ans)
         if d.denied:
@@ -324,11 +325,11 @@ class Client(_Overrides):
         return Reservation(self, d, body["descriptors"])
 
     def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                max_wait: float) -> "Ticket":
+                max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> "Ticket":
         """Book, sleep until the turn, and return a Ticket (a context
         manager releasing the request's in-flight slot on exit). A
         KeyboardInterrupt while sleeping cancels the booking."""
-        r = self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait)
+        r = self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate)
         _current.set(r.descriptors)
         try:
             if r.wait > 0:
@@ -339,15 +340,15 @@ class Client(_Overrides):
         return Ticket(self, r.decision, r.descriptors)
 
     def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
-               release: bool = False) -> None:
+               release: bool = False, usage: Optional[Mapping[str, Any]] = None) -> None:
         """Replace a request's cost by what it used: ``actual_cost`` for its
-        limits, ``actual_costs`` per limit name (the others keep what they
-        took). The unused part is returned exactly, an excess charged. With
-        ``release=True`` the request's in-flight slots are freed too, in
-        the same store call (settle and release in one)."""
+        limits, ``actual_costs`` per limit name, ``usage={"model", "input_tokens",
+        "output_tokens", "cached_input_tokens"}`` its spend and tokens (the others keep what
+        they took). The unused part is returned exactly, an excess charged. ``release=True``
+        frees the request's in-flight slots too, in the same store call."""
         if not lease:
             raise ValueError("lease is empty (a refused request has none)")
-        b: Dict[str, Any] = {"lease": lease}
+        b: Dict[str, Any] = {"lease": lease, **usage_fields("usage", usage)}
         if actual_cost is not None:
             b["actual_cost"] = _cost(actual_cost, "actual_cost")
         if actual_costs:
@@ -474,11 +475,11 @@ class Ticket:
         return self._client.report_response(status, headers, descriptors=self.descriptors, limits=limits)
 
     def settle(self, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
-               release: bool = False) -> Any:
+               release: bool = False, usage: Optional[Mapping[str, Any]] = None) -> Any:
         """Settle the request with what it used (see Client.settle; ``release=True``: exit frees nothing more)."""
         if release:
             self._released = True
-        return self._client.settle(self.lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release)
+        return self._client.settle(self.lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release, usage=usage)
 
     def release(self) -> Any:
         """Free the in-flight slot (idempotent)."""
@@ -530,15 +531,15 @@ class AsyncClient(_AsyncOverrides):
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
     async def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                    max_wait: Optional[float] = None) -> Decision:
+                    max_wait: Optional[float] = None, usage_estimate: Optional[Mapping[str, Any]] = None) -> Decision:
         """Client.check."""
-        return await self._run(self._c.check, descriptors, cost=cost, costs=costs, max_wait=max_wait)
+        return await self._run(self._c.check, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate)
 
     async def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                      max_wait: float) -> "AsyncReservation":
+                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> "AsyncReservation":
         """Client.reserve. A task cancelled while the booking is on its way
         cancels the booking once it arrives."""
-        fut = asyncio.ensure_future(self._run(self._c.reserve, descriptors, cost=cost, costs=costs, max_wait=max_wait))
+        fut = asyncio.ensure_future(self._run(self._c.reserve, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate))
         try:
             r = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -550,10 +551,9 @@ class AsyncClient(_AsyncOverrides):
         return AsyncReservation(self, r)
 
     async def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                      max_wait: float) -> Ticket:
-        """Client.acquire; a cancelled task while sleeping cancels the
-        booking. The Ticket is an async context manager."""
-        r = await self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait)
+                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> Ticket:
+        """Client.acquire (a task cancelled while sleeping cancels the booking); the Ticket is an async context manager."""
+        r = await self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate)
         _current.set(r.descriptors)
         try:
             if r.wait > 0:
@@ -564,9 +564,9 @@ class AsyncClient(_AsyncOverrides):
         return Ticket(self, r.decision, r.descriptors)
 
     async def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
-                     release: bool = False) -> None:
+                     release: bool = False, usage: Optional[Mapping[str, Any]] = None) -> None:
         """Client.settle."""
-        await self._run(self._c.settle, lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release)
+        await self._run(self._c.settle, lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release, usage=usage)
 
     async def release(self, lease: str) -> None:
         """Client.release."""
