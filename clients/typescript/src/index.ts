@@ -12,12 +12,14 @@ import {
   BadRequestError, CostExceedsCapacityError, NoLimitAppliesError, RateLimitedError, ServiceUnavailableError, SluiceError, UnauthorizedError,
 } from "./errors.js";
 import { parseProviderLimits, retryHint, type HeadersLike } from "./headers.js";
+import { usageBody, type Usage, type UsageEstimate } from "./usage.js";
 import {
   MAX_PAGE, listPath, matchOf, overrideOf, pageOf, resolutionOf, resolvePath, sameMatch, setBody,
   type ListOverridesOptions, type Override, type OverrideFields, type OverridePage, type Resolution,
 } from "./overrides.js";
 
 export * from "./errors.js";
+export type { Usage, UsageEstimate } from "./usage.js";
 export { parseProviderLimits, retryHint, parseRetryAfter, parseRateLimitField, MAX_PROVIDER_RESET } from "./headers.js";
 export type { ProviderLimit, HeadersLike } from "./headers.js";
 export type { Override, OverrideFields, ListOverridesOptions, OverridePage, Resolution, EffectiveLimit, Duration } from "./overrides.js";
@@ -57,6 +59,9 @@ export interface CheckOptions {
   cost?: number;
   costs?: Record<string, number>;
   maxWait?: number;
+  /** A model call's estimate: its spend and tokens reserved on the limits that count them (also `usage_estimate`). */
+  usageEstimate?: UsageEstimate;
+  usage_estimate?: UsageEstimate;
 }
 
 /** CheckOptions with a wait, and an AbortSignal that cancels the wait (and returns the booking). */
@@ -70,6 +75,8 @@ export interface SettleOptions {
   actualCost?: number;
   actualCosts?: Record<string, number>;
   release?: boolean;
+  /** What the model call used: it settles the limits that count spend and tokens. */
+  usage?: Usage;
 }
 
 /** A booked place in the limits' line: act after `wait` seconds, or `cancel()` to return the booking exactly. */
@@ -125,6 +132,8 @@ function checkBody(o: CheckOptions, reserve: boolean): Record<string, unknown> {
   const mw = seconds(o.maxWait, "maxWait");
   if (mw !== undefined) b.max_wait_ms = mw;
   if (reserve) b.reserve = true;
+  const est = usageBody("usage_estimate", o.usageEstimate ?? o.usage_estimate);
+  if (est) b.usage_estimate = est;
   return b;
 }
 
@@ -365,6 +374,8 @@ export class Client {
     if (s?.actualCosts && Object.keys(s.actualCosts).length > 0) b.actual_costs = costMap(s.actualCosts, "actualCosts");
     if (s?.release !== undefined && typeof s.release !== "boolean") throw new TypeError(`release must be a boolean, not ${String(s.release)}`);
     if (s?.release) b.release = true;
+    const u = usageBody("usage", s?.usage);
+    if (u) b.usage = u;
     await this.post("/v1/settle", b);
   }
 
