@@ -111,8 +111,9 @@ type compiled struct {
 	// converts: the store converts a key's state between specs
 	// (store.SpecConverter), so an override's spec shares the policy's key
 	converts bool
-	anyIx    bool       // a Set is applied (ix holds Indexes)
-	ovc      []*ovCache // per limit: its cache of resolved overrides (nil: none)
+	anyIx    bool             // a Set is applied (ix holds Indexes)
+	ovc      []*ovCache       // per limit: its cache of resolved overrides (nil: none)
+	adapt    []*adaptiveLimit // per limit: its adaptive ceilings (nil: no limit is adaptive; limiter/adaptive.go)
 }
 
 type metrics struct {
@@ -248,6 +249,10 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		}
 		c.conc[i] = c.specs[i].HoldsSlots()
 		c.status[i].BlockFor = c.specs[i].BlockFor
+	}
+	var err error
+	if c.adapt, err = newAdaptives(p, c.specs); err != nil {
+		return err
 	}
 	l.withOverrides(c)
 	l.compiled.Store(c)
@@ -401,7 +406,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		return err
 	}
 	if len(items) == 0 {
-		l.observe(ctx, c, nil, res, req, start, timed)
+		l.observe(ctx, c, nil, res, &req, start, timed)
 		return nil
 	}
 	which, user := sc.which, sc.user
@@ -447,6 +452,9 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		}
 		res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
 	}
+	if c.adapt != nil {
+		c.adaptStatus(res.Limits, items, which)
+	}
 	if r.Allowed && r.Wait > 0 {
 		l.observeWait(c, items, which, r.Wait)
 		traceWait(ctx, r.Wait, req.Reserve)
@@ -473,7 +481,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			res.Receipt.settled = new(atomic.Bool)
 		}
 	}
-	l.observe(ctx, c, which, res, req, start, timed)
+	l.observe(ctx, c, which, res, &req, start, timed)
 	return nil
 }
 
@@ -490,6 +498,13 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 // now is the check's clock reading (nil: none): a store that takes one
 // (timedTaker) decides at it instead of reading the clock again.
 func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, rules []*overrides.Rule, borrows bool, now *time.Time) (store.Result, error) {
+	if c.adapt != nil { // (adaptive limits: limiter/adaptive.go)
+		plain := *c
+		plain.adapt = nil
+		return l.takeAdaptive(ctx, c, items, which, c.anyShadow || rules != nil, func(its []store.Item) (store.Result, error) {
+			return l.take(ctx, &plain, its, which, rules, borrows, now)
+		})
+	}
 	if !c.anyShadow && rules == nil { // (the common case: no closure on the hot path)
 		if borrows {
 			if now != nil && l.tt != nil {

@@ -135,7 +135,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
 			out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
 		}
-		l.observe(ctx, c, which[r], res, reqs[r], time.Time{}, false)
+		l.observe(ctx, c, which[r], res, &reqs[r], time.Time{}, false)
 	}
 	return out, nil
 }

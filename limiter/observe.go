@@ -70,7 +70,7 @@ func (l *Limiter) shownKeys(c *compiled, err error, items []store.Item, which, u
 	return err
 }
 
-func (l *Limiter) observe(ctx context.Context, c *compiled, which []int, res *Result, req Request, start time.Time, timed bool) {
+func (l *Limiter) observe(ctx context.Context, c *compiled, which []int, res *Result, req *Request, start time.Time, timed bool) {
 	if timed {
 		l.m.latency.Observe(time.Since(start).Seconds())
 	}
@@ -127,7 +127,7 @@ func (l *Limiter) observe(ctx context.Context, c *compiled, which []int, res *Re
 // quota_limit, period and timezone. Durations are
 // milliseconds; the key shows redacted descriptors as a hash. A check
 // traced (a span in ctx) adds trace_id and span_id.
-func (l *Limiter) logRefusal(ctx context.Context, c *compiled, i int, st *LimitStatus, req Request) {
+func (l *Limiter) logRefusal(ctx context.Context, c *compiled, i int, st *LimitStatus, req *Request) {
 	lim := c.p.Limits[i]
 	key := st.Key
 	if len(c.p.Redact) > 0 {

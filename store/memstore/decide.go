@@ -31,20 +31,29 @@ func ownKeys(items []store.Item) {
 }
 
 // step applies it to the key's state e (exists tells whether there is one)
-// by the kind's rule.
-func step(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
+// by the kind's rule. (it by pointer: an Item is some twenty words.)
+func step(it *store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
+	if it.Reserve != 0 { // a priority class (none: no more work than before)
+		return stepReserved(it, e, exists, d, wall)
+	}
 	st, dec := it.Spec.Step(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost)
+	return entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}, dec
+}
+
+// stepReserved is step for an item of a priority class (Item.Reserve).
+func stepReserved(it *store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision) {
+	st, dec := it.Spec.StepReserved(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost, it.Reserve)
 	return entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}, dec
 }
 
 // decide is step, or for an item with a MaxWait the kind's Book (wait:
 // how long until its cost is there).
-func decide(it store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision, time.Duration) {
+func decide(it *store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision, time.Duration) {
 	if it.MaxWait <= 0 || it.Cost == 0 {
 		next, dec := step(it, e, exists, d, wall)
 		return next, dec, 0
 	}
-	st, dec, wait := it.Spec.Book(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost, it.MaxWait)
+	st, dec, wait := it.Spec.BookReserved(e.st, exists, store.Now{Mono: d, Wall: wall}, it.Cost, it.MaxWait, it.Reserve)
 	return entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}, dec, wait
 }
 

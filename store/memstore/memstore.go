@@ -387,7 +387,7 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 			if it.Base != nil || len(shd.specs) > 0 {
 				cur, exists = shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
 			}
-			m.next[i], it.Decision, it.Wait = decide(*it, cur, exists, d, s.wall(wall, d))
+			m.next[i], it.Decision, it.Wait = decide(it, cur, exists, d, s.wall(wall, d))
 			if it.Spec.BlockFor > 0 {
 				it.Decision = penalize(shd, e, it, it.Decision, d, s.wall(wall, d))
 			}
@@ -520,7 +520,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	} else if it.Cost > 0 && !s.room1(shd, d, true, credit) {
 		return store.Result{}, errNoRoom
 	}
-	next, dec, wait := decide(*it, cur, exists, d, s.wall(wall, d))
+	next, dec, wait := decide(it, cur, exists, d, s.wall(wall, d))
 	if it.Spec.BlockFor > 0 {
 		dec = penalize(shd, e, it, dec, d, s.wall(wall, d))
 	}
@@ -573,7 +573,7 @@ func (s *Store) peek(shd *shard, it store.Item, e *tentry, d, wall int64) sluice
 	if it.Base != nil || len(shd.specs) > 0 {
 		cur, exists = shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
 	}
-	_, dec := step(it, cur, exists, d, s.wall(wall, d))
+	_, dec := step(&it, cur, exists, d, s.wall(wall, d))
 	return dec
 }
 

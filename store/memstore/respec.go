@@ -59,7 +59,7 @@ func (shd *shard) respec(e *tentry, sp, base *store.Spec, cur entry, d, wall int
 	}
 	st, live := sp.Convert(w, cur.st, true, store.Now{Mono: d, Wall: wall})
 	cur.st = st
-	e.entry, _ = step(store.Item{Spec: sp}, cur, live, d, wall) // (a new state kept as a state: the same)
+	e.entry, _ = step(&store.Item{Spec: sp}, cur, live, d, wall) // (a new state kept as a state: the same)
 	shd.wrote(e.key, sp, base)
 	return e.entry, true
 }
