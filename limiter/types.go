@@ -82,6 +82,9 @@ type LimitStatus struct {
 	Algorithm       string  `json:"algorithm"`
 	Capacity        int64   `json:"capacity"`          // bucket capacity, window limit, or max in flight
 	RefillPerSecond float64 `json:"refill_per_second"` // 0 for windows and concurrency limits
+	// AdaptiveRefill is, for an adaptive limit (policy.Limit.Adaptive),
+	// the refill its key was decided under: the ceiling learnt so far.
+	AdaptiveRefill  float64 `json:"adaptive_refill_per_second,omitempty"`
 	TokensRemaining int64   `json:"tokens_remaining"`
 	TokenCost       int64   `json:"token_cost"`
 	Allowed         bool    `json:"allowed"`
