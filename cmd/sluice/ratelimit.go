@@ -159,7 +159,11 @@ func ratelimitServe(getenv func(string) string) (serveCmd, error) {
 	if !strings.HasPrefix(rs.promPath, "/") {
 		r.errs = append(r.errs, fmt.Errorf("PROMETHEUS_PATH=%q: must start with /", rs.promPath))
 	}
-	r.refuse("PROMETHEUS_MAPPER_YAML", "sluice exports the reference's default mapping only")
+	if p := r.get("PROMETHEUS_MAPPER_YAML"); p != "" {
+		if err := checkMapperYAML(p); err != nil {
+			r.errs = append(r.errs, err)
+		}
+	}
 	r.refuseTrue("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "sluice exports response times in seconds")
 	r.refuse("NEAR_LIMIT_RATIO", "sluice's near_limit uses the reference's default ratio only", "0.8")
 

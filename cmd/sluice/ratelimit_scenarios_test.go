@@ -391,6 +391,10 @@ func TestRatelimitDetailedMetrics(t *testing.T) {
 func TestRatelimitEnvErrors(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "data")
 	writeRuntime(t, root, map[string]string{"ratelimit/config/basic.yaml": rtBasic})
+	foreign := filepath.Join(t.TempDir(), "mapper.yaml")
+	if err := os.WriteFile(foreign, []byte(foreignMapping), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		set  map[string]string
 		want string
@@ -405,7 +409,7 @@ func TestRatelimitEnvErrors(t *testing.T) {
 		{map[string]string{"PORT": "http"}, "PORT"},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS_CERT"},
 		{map[string]string{"SHADOW_MODE": "true"}, "SHADOW_MODE"},
-		{map[string]string{"PROMETHEUS_MAPPER_YAML": "/etc/mapper.yaml"}, "PROMETHEUS_MAPPER_YAML"},
+		{map[string]string{"PROMETHEUS_MAPPER_YAML": foreign}, "PROMETHEUS_MAPPER_YAML"},
 		{map[string]string{"RUNTIME_SUBDIRECTORY": "nothing-here"}, "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "maybe"}, "CONFIG_GRPC_XDS_SERVER_USE_TLS"},
 		{map[string]string{"REDIS_URL": "127.0.0.1:1", "REDIS_AUTH": "s3cret", "REDIS_POOL_SIZE": "-1"}, "--store-pool-size"},
