@@ -64,6 +64,17 @@ type Item struct {
 	// store), Take admits it and sets each item's Wait; items of other
 	// kinds must admit now. All items or none, as ever.
 	MaxWait time.Duration
+	// Reserve is the priority class's reserve, in parts per million
+	// (ReserveScale) of the item's limit, the same for every item of a
+	// request: the item is admitted or booked only within its limit cut
+	// by it (Spec.StepReserved, Spec.BookReserved; an in-flight cap's
+	// slots by Spec.ReservedSlots). A class's max_queue_ms is applied by
+	// the caller, to MaxWait. A refusal of an item with a reserve starts
+	// no penalty box (it is the class's share that is short, not the
+	// key that is over its limit); a block in force refuses it as any. 0
+	// (no class, or a class with no reserve) is the whole limit, as
+	// before classes.
+	Reserve uint32
 	// Base, when set, is the spec the key's state is kept under when
 	// Spec is a change of it (a per-key override of a limit's
 	// parameters): a SpecConverter converts the state from the spec that

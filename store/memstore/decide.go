@@ -62,7 +62,11 @@ func decide(it *store.Item, e entry, exists bool, d, wall int64) (entry, sluice.
 // refusal always finds an entry: a new key admits any cost within its
 // capacity.)
 func penalize(shd *shard, e *tentry, it *store.Item, dec sluice.Decision, d, wall int64) sluice.Decision {
-	dec, until, start := it.Spec.Penalize(dec, shd.m.blockOf(e, d), store.Now{Mono: d, Wall: wall}, it.Cost)
+	cost := it.Cost
+	if it.Reserve != 0 {
+		cost = 0 // a priority class's refusal starts no block (store.Item.Reserve)
+	}
+	dec, until, start := it.Spec.Penalize(dec, shd.m.blockOf(e, d), store.Now{Mono: d, Wall: wall}, cost)
 	if start && e != nil {
 		shd.m.setBlock(e, until)
 	}

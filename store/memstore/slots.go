@@ -59,6 +59,9 @@ func (s *Store) peekSlots(shd *shard, it store.Item, d int64) (sluice.Decision, 
 		}
 	}
 	max := it.Spec.MaxInFlight
+	if it.Reserve != 0 { // a priority class: its reserve's slots are not its own
+		max = it.Spec.ReservedSlots(it.Reserve)
+	}
 	dec := sluice.Decision{}
 	take := int64(0)
 	if it.Cost > 0 {

@@ -136,14 +136,18 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		specs = append(specs, specBase{sp, base})
 		return len(specs)
 	}
-	tail := make([]string, 0, 1+3*len(batch)+2*n)
+	tail := make([]string, 0, 1+4*len(batch)+2*n)
 	tail = append(tail, itoa(int64(len(batch))))
 	for _, c := range batch {
 		mw := ""
 		if len(c.items) > 0 && c.items[0].MaxWait > 0 {
 			mw = hex64(int64(c.items[0].MaxWait))
 		}
-		tail = append(tail, c.slotID, itoa(int64(len(c.items))), mw)
+		rsv := "" // the request's priority class's reserve (store.Item.Reserve)
+		if len(c.items) > 0 && c.items[0].Reserve != 0 {
+			rsv = itoa(int64(c.items[0].Reserve))
+		}
+		tail = append(tail, c.slotID, itoa(int64(len(c.items))), mw, rsv)
 		for i := range c.items {
 			it := &c.items[i]
 			keys = append(keys, s.Key(it.Spec.Kind, it.Key))

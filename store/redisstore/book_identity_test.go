@@ -36,15 +36,18 @@ func TestBookingsIdenticalToMemstore(t *testing.T) {
 	ctx := context.Background()
 	booked := 0
 	var last []store.Item
+	classes := rand.New(rand.NewPCG(22, 22)) // priority classes' reserves (a stream of their own)
+	reserves := []uint32{0, 0, 200_000, 500_000, 999_999}
 	for step := range 3000 {
 		clock.Advance(time.Duration(rng.Int64N(int64(200 * time.Millisecond))))
 		var a, b []store.Item
+		reserve := reserves[classes.IntN(len(reserves))]
 		mw := []time.Duration{0, time.Millisecond, 300 * time.Millisecond, 2 * time.Second, time.Minute}[rng.IntN(5)]
 		for j, sp := range specs {
 			if rng.IntN(3) != 0 {
 				continue
 			}
-			it := store.Item{Key: fmt.Sprint("b", j), Spec: sp, Cost: rng.Int64N(min(sp.Capacity(), 12) + 1), MaxWait: mw}
+			it := store.Item{Key: fmt.Sprint("b", j), Spec: sp, Cost: rng.Int64N(min(sp.Capacity(), 12) + 1), MaxWait: mw, Reserve: reserve}
 			a, b = append(a, it), append(b, it)
 		}
 		if len(a) == 0 {

@@ -48,10 +48,12 @@ end
 KIND.q = {
   -- take is quota.Limit.Step.
   take = function(at, key, costn, cs, nowhex, expire)
-    local N, cost = hex(A[at]), costl(costn, cs)
+    local N, cost = rsv(hex(A[at])), costl(costn, cs)
     local start, e, now, used = qstate(at, key, nowhex)
     local ok, retry = false, ZERO
-    if cmp(add(used, cost), N) <= 0 then
+    local never = RSV and cmp(cost, N) > 0 -- more than the class may ever count (store.Spec.StepReserved)
+    if never then
+    elseif cmp(add(used, cost), N) <= 0 then
       used, ok = add(used, cost), true
     else
       retry = sub(e, now)
@@ -60,6 +62,7 @@ KIND.q = {
     if cmp(used, N) < 0 then rem = sub(N, used) end
     local reset = ZERO
     if #used > 0 then reset = sub(e, now) end
+    if never then retry = reset end
     return ok, outv(rem), outv(retry), outv(reset), function() save(key, 'q', {start, used}, reset, expire) end
   end,
   -- adjust is quota.Limit.Adjust (sign '-' returns delta, '+' charges).

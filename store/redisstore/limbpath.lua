@@ -13,6 +13,21 @@ local function costl(costn, cs)
   return hex(cs, 2)
 end
 
+-- rsv is x (limbs) less the current request's class reserve, rounded
+-- down (store.Reserved): x itself when the request has none.
+local function rsv(x)
+  if not RSV then return x end
+  return (divmod(mul(x, num(1000000 - RSV)), num(1000000)))
+end
+
+-- rsvp is a token bucket's parameters as the current request's class
+-- sees them (bucket.Params.Reserved): the capacity cut by its reserve,
+-- marked R (bstep then admits from a full bucket only a cost within it).
+local function rsvp(P)
+  if RSV then P.C, P.R = rsv(P.C), true end
+  return P
+end
+
 local nowl, nowlhex
 
 local function limbnow(nowhex)
@@ -22,7 +37,7 @@ end
 
 local function limb_bucket(at, key, costn, cs, nowhex, expire)
   local now = limbnow(nowhex)
-  local P = bparams(at)
+  local P = rsvp(bparams(at))
   local cost = costl(costn, cs)
   local tat, origin, phase = bstate(P, load(key, 'b', 3), now)
   local eneg, e = elapsed(now, origin)
@@ -38,8 +53,19 @@ end
 
 local function limb_window(kind, at, key, costn, cs, nowhex, expire)
   local now = limbnow(nowhex)
-  local N, W, cost = hex(A[at]), hex(A[at + 1]), costl(costn, cs)
+  local N, W, cost = rsv(hex(A[at])), hex(A[at + 1]), costl(costn, cs)
   local st, ok, rem, retry, rr
+  if RSV and cmp(cost, N) > 0 then
+    -- more than the class may ever count in a window (store.Spec.StepReserved):
+    -- refused, its state as it is, retry when the count is gone
+    local _
+    if kind == 's' then
+      _, _, rem, _, rr = wslide(N, W, load(key, 's', 3), now, ZERO)
+    else
+      _, _, rem, _, rr = wfixed(N, W, load(key, 'f', 2), now, ZERO)
+    end
+    return false, outv(rem), outv(rr), outv(rr), nil
+  end
   if kind == 's' then
     st, ok, rem, retry, rr = wslide(N, W, load(key, 's', 3), now, cost)
   else
@@ -54,7 +80,7 @@ end
 -- values and the wait.
 local function limb_book(at, key, costn, cs, nowhex, expire, mwhex)
   local now = limbnow(nowhex)
-  local P = bparams(at)
+  local P = rsvp(bparams(at))
   local cost = costl(costn, cs)
   local tat, origin, phase = bstate(P, load(key, 'b', 3), now)
   local eneg, e = elapsed(now, origin)

@@ -66,7 +66,9 @@ local function bstep(P, tat, eneg, e, phase, cost)
   end
   local nt = add(base, mul(cost, P.U))
   local cv = add(P.C, v)
-  if (full or cmp(nt, cv) <= 0) and cmp(nt, MAXSTATE) <= 0 then
+  -- (a class's view, P.R, admits from a full bucket only a cost within
+  -- its capacity: bucket.Params.StepReserved)
+  if ((full and (not P.R or cmp(mul(cost, P.U), P.C) <= 0)) or cmp(nt, cv) <= 0) and cmp(nt, MAXSTATE) <= 0 then
     local rem = ZERO
     if cmp(nt, cv) <= 0 then rem = (divmod(sub(cv, nt), P.U)) end
     local reset = wait(P, nt, eneg, e, phase)

@@ -229,9 +229,12 @@ func TestIdenticalToMemstore(t *testing.T) {
 			t.Errorf("both script paths must be exercised: %+v", st)
 		}
 	}()
+	classes := rand.New(rand.NewPCG(8, 8)) // priority classes' reserves (a stream of their own)
+	reserves := []uint32{0, 0, 0, 200_000, 500_000, 1, 999_999, 333_333}
 	for step := range 4000 {
 		clock.Advance(steps[rng.IntN(len(steps))] + time.Duration(rng.Int64N(1000)))
 		var a, b []store.Item
+		reserve := reserves[classes.IntN(len(reserves))]
 		for j, sp := range specs {
 			if rng.IntN(3) != 0 {
 				continue
@@ -240,7 +243,7 @@ func TestIdenticalToMemstore(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				cost = rng.Int64N(min(sp.Capacity(), 50) + 1)
 			}
-			it := store.Item{Key: fmt.Sprint("k", j), Spec: sp, Cost: cost}
+			it := store.Item{Key: fmt.Sprint("k", j), Spec: sp, Cost: cost, Reserve: reserve}
 			a, b = append(a, it), append(b, it)
 		}
 		if len(a) == 0 {

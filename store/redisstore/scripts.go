@@ -22,12 +22,13 @@ import (
 // as scripts (EVALSHA), which run define() on every call.
 var defineSrc = `local function define()
 local A -- the current call's arguments, for the limb model
+local RSV -- the current request's priority-class reserve (parts per million), or nil
 ` + fastLua + `
 local LIMB
 local function limbs()
   if LIMB then return LIMB end
 ` + libLua + modelLua + limbpathLua + kindsLua + `
-  LIMB = {bucket = limb_bucket, window = limb_window, book = limb_book, respec = limb_respec, kinds = KIND, adjust = function(KEYS, ARGV, OOM)
+  LIMB = {rsvn = function(x) return tonum(rsv(num(x))) end, bucket = limb_bucket, window = limb_window, book = limb_book, respec = limb_respec, kinds = KIND, adjust = function(KEYS, ARGV, OOM)
     A = ARGV
 ` + adjustLua + `
   end}

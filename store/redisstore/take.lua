@@ -8,9 +8,11 @@
 -- digits of ns, or '' for none: the penalty box, see decide), and the
 -- marker of its keys' usual spec when it is an override of that spec
 -- ('' when it is their usual spec: see respec); then R, the number of
--- requests, and per request its slot id, item count m and MaxWait (16
+-- requests, and per request its slot id, item count m, MaxWait (16
 -- hex digits of ns, or '' for none: a request with one books its token
--- buckets, on the limb path), then 2 fields per item: spec index and cost
+-- buckets, on the limb path) and its priority class's reserve (parts per
+-- million, or '' for none: its items decide within their limits cut by
+-- it, on the limb path), then 2 fields per item: spec index and cost
 -- (decimal, or 'x' and 16 hex digits).
 -- KEYS are the items' keys, request after request.
 -- Returns {items decided on doubles, now (hex), then per request: 1 and
@@ -92,7 +94,7 @@ local function decide0(sp, key, costn, cs, k, i)
   elseif kind == 'b' then
     local fast = false
     local F = sp.F
-    if F and costn then
+    if F and costn and not RSV then -- (a class's reserve: the limb path)
       local has, tat, oh, ol, ph, oldexp = fload(unblock(key, getv(key)))
       if has ~= false then
         local t2, h2, l2, p2
@@ -115,6 +117,7 @@ local function decide0(sp, key, costn, cs, k, i)
   else
     -- concurrency: a sorted set of slot ids scored by expiry (Unix us)
     local max, ttl = tonumber(ARGV[sp.at]), tonumber(ARGV[sp.at + 1])
+    if RSV then max = limbs().rsvn(max) end -- a class's reserve of slots
     local x = nh * 296 + nl -- ns = nh*2^32 + nl = nh*(4294967*1000 + 296) + nl
     local q = floor(x / 1000)
     local r = x - q * 1000
@@ -190,7 +193,7 @@ local function decide(sp, key, costn, cs, k, i)
   if u then
     local uh, ul = split16(u, 1)
     left = (uh - nh) * T32 + (ul - nl)
-  elseif ok or costn == 0 then
+  elseif ok or costn == 0 or RSV then -- (a class's refusal starts no block: store.Item.Reserve)
     return ok, rem, retry, reset, save1
   else
     local bh, bl = split16(blk, 1)
@@ -213,9 +216,9 @@ local function decide(sp, key, costn, cs, k, i)
 end
 
 for req = 1, nreq do
-  slot_id, mw = ARGV[a], ARGV[a + 2]
+  slot_id, mw, RSV = ARGV[a], ARGV[a + 2], tonumber(ARGV[a + 3])
   local m = tonumber(ARGV[a + 1])
-  a = a + 3
+  a = a + 4
   local k0 = k -- KEYS index before this request's first item
   local new = false
   if OOM then
