@@ -166,9 +166,11 @@ func (s *Store) Take(ctx context.Context, items []store.Item) (store.Result, err
 	}
 	s.decisions.Add(1)
 	for _, it := range items {
-		if !it.Spec.Leasable() || it.Cost == 0 || it.Base != nil && !it.Base.SameState(it.Spec) {
+		if !it.Spec.Leasable() || it.Cost == 0 || it.Reserve != 0 || it.Base != nil && !it.Base.SameState(it.Spec) {
 			// (an item under another spec than its key's usual one goes
-			// to the shared store, which converts the key's state)
+			// to the shared store, which converts the key's state; so
+			// does a priority class's, whose reserve the shared store
+			// applies to the key's whole state)
 			s.trips.Add(1)
 			return s.inner.Take(ctx, items)
 		}
