@@ -40,6 +40,7 @@ func startXDS(ctx context.Context, getenv func(string) string, svc *envoyrls.Ser
 		return nil, err
 	}
 	o.Logger = log
+	o.Loaded = svc.NoteConfigLoad
 	first := make(chan struct{})
 	var once sync.Once
 	stopped := make(chan struct{})

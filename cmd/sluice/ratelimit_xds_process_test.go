@@ -156,6 +156,10 @@ func TestRatelimitXDS(t *testing.T) {
 	if got := rlAsk(t, c, team).GetOverallCode(); got != over {
 		t.Fatalf("after the NACK, team: %v, want OVER_LIMIT (v2 in force)", got)
 	}
+	// The snapshots count as the reference counts its config loads.
+	if ok, bad := rlMetricSum(t, p.metrics, "ratelimit_service_config_load_success"), rlMetricSum(t, p.metrics, "ratelimit_service_config_load_error"); ok < 2 || bad < 1 {
+		t.Fatalf("config_load_success %v, config_load_error %v: want >= 2 (v1, v2) and >= 1 (v3 NACKed)", ok, bad)
+	}
 
 	addr := cp.addr
 	cp.gs.Stop()

@@ -68,6 +68,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Backoff paces reconnection.
 	Backoff Backoff
+	// Loaded, when set, is told of every snapshot's outcome: nil for one
+	// applied (ACKed), the error for one refused (NACKed); sluice
+	// ratelimit counts them in ratelimit_service_config_load_*.
+	Loaded func(err error)
 }
 
 // Backoff is the delay before opening a lost stream again: Initial, then
@@ -262,12 +266,18 @@ func (c *client) stream(ctx context.Context) (received bool, err error) {
 				msg = msg[:maxDetail] + "..."
 			}
 			c.log.Error("xds: snapshot refused (NACK), the last good config stays", "version", resp.GetVersionInfo(), "kept_version", c.version, "err", msg)
+			if c.o.Loaded != nil {
+				c.o.Loaded(err)
+			}
 			if err := st.Send(c.request(resp.GetNonce(), &statuspb.Status{Code: int32(codes.InvalidArgument), Message: msg})); err != nil {
 				return received, err
 			}
 			continue
 		}
 		c.version = resp.GetVersionInfo()
+		if c.o.Loaded != nil {
+			c.o.Loaded(nil)
+		}
 		c.log.Info("xds: config applied (ACK)", "version", c.version, "resources", len(resp.GetResources()), "domains", len(cfg.Domains))
 		if err := st.Send(c.request(resp.GetNonce(), nil)); err != nil {
 			return received, err
