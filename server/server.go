@@ -248,6 +248,7 @@ func New(cfg Config) (*Server, error) {
 		s.mux.HandleFunc("POST /v1/release", s.auth(s.release))
 		s.mux.HandleFunc("POST /v1/settle", s.traced("POST /v1/settle", s.auth(s.settle)))
 		s.mux.HandleFunc("POST /v1/pause", s.auth(s.pause))
+		s.mux.HandleFunc("POST /v1/feedback", s.auth(s.feedback))
 		s.mux.HandleFunc("GET /v1/policy", s.auth(s.policy))
 		s.mux.HandleFunc("GET /v1/top", s.auth(s.top))
 		s.mux.HandleFunc("GET /v1/stats", s.auth(s.stats))

@@ -1,0 +1,81 @@
+// Tests of POST /v1/feedback: two instances on one store share a key's
+// adaptive ceiling.
+
+package server_test
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+const adaptiveSrc = `limits:
+  - name: llm
+    key: "key:{api_key}"
+    capacity: 10
+    refill_per_second: 100
+    adaptive: {min_refill_per_second: 10, decrease: 0.5}
+`
+
+func adaptiveServer(t *testing.T, st store.Store) *httptest.Server {
+	t.Helper()
+	p, err := policy.Parse([]byte(adaptiveSrc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	l, err := limiter.New(p, st, limiter.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Config{Limiter: l, Gatherer: reg, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func TestFeedback(t *testing.T) {
+	st := memstore.New()
+	a, b := adaptiveServer(t, st), adaptiveServer(t, st)
+	resp, m := post(t, a, "/v1/feedback", `{"descriptors": {"api_key": "k"}, "outcome": "overloaded"}`)
+	lim, _ := m["limits"].([]any)
+	if resp.StatusCode != 200 || len(lim) != 1 {
+		t.Fatalf("%d %v", resp.StatusCode, m)
+	}
+	if f := lim[0].(map[string]any); f["lowered"] != true || f["adaptive_refill_per_second"].(float64) != 50 || f["name"] != "llm" {
+		t.Fatalf("an overload halves the ceiling: %v", f)
+	}
+	_, m = post(t, b, "/v1/feedback", `{"descriptors": {"api_key": "k"}, "outcome": "overloaded", "limits": ["llm"]}`)
+	if f := m["limits"].([]any)[0].(map[string]any); f["lowered"] != false || f["adaptive_refill_per_second"].(float64) < 50 {
+		t.Fatalf("the other instance's overload within the cooldown: %v", f)
+	}
+	post(t, b, "/v1/check", `{"descriptors": {"api_key": "k"}}`) // (reads the ceiling)
+	_, m = post(t, b, "/v1/check", `{"descriptors": {"api_key": "k"}}`)
+	st0 := m["limits"].([]any)[0].(map[string]any)
+	if r, _ := st0["adaptive_refill_per_second"].(float64); r < 50 || r > 51 {
+		t.Fatalf("the other instance's status shows the ceiling: %v", st0)
+	}
+	for _, tc := range []struct{ body, code string }{
+		{`{"descriptors": {"api_key": "k"}, "outcome": "slow"}`, "bad_request"},
+		{`{"descriptors": {"api_key": "k"}, "outcome": "ok", "limits": ["nope"]}`, "unknown_limit"},
+		{`{"outcome": "ok"}`, "bad_request"},
+	} {
+		resp, m := post(t, a, "/v1/feedback", tc.body)
+		if resp.StatusCode/100 != 4 || m["code"] != tc.code {
+			t.Errorf("%s: %d %v", tc.body, resp.StatusCode, m)
+		}
+	}
+	if resp, _ := post(t, a, "/v1/feedback", `{"descriptors": {"other": "x"}, "outcome": "ok"}`); resp.StatusCode != 200 {
+		t.Errorf("no adaptive limit applies: 200 with none: %d", resp.StatusCode)
+	}
+}
