@@ -193,6 +193,12 @@ type Policy struct {
 	// Prices are the prices of model calls (prices, default_price) that
 	// limits with unit usd count; nil when the file has neither.
 	Prices *Prices
+	// Priorities are the policy's priority classes (priorities), highest
+	// first; DefaultPriority the class of a request that names none
+	// (default_priority; empty: the zero Priority, today's behaviour).
+	// See Policy.Priority.
+	Priorities      []Priority
+	DefaultPriority string
 	// Version is a hash of the file's content (sha256, first 16 hex digits).
 	Version string
 	// Source is the file's text.

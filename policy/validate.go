@@ -22,6 +22,8 @@ import (
 type validator struct {
 	errs  Errors
 	names map[string]int // limit name -> line of its first definition
+	// defaultPriorityNode is default_priority's value (priority.go).
+	defaultPriorityNode *yaml.Node
 }
 
 func (v *validator) add(e *Error) { v.errs = append(v.errs, e) }
@@ -59,7 +61,7 @@ func (v *validator) pairs(n *yaml.Node, limit string) []pair {
 }
 
 // topFields are the fields of the top-level mapping.
-var topFields = []string{"limits", "costs", "redact", "request_descriptors", "allow_unmatched", "overrides", "prices", "default_price"}
+var topFields = []string{"limits", "costs", "redact", "request_descriptors", "allow_unmatched", "overrides", "prices", "default_price", "priorities", "default_priority"}
 
 // policy validates the top-level mapping root into p.
 func (v *validator) policy(root *yaml.Node, p *Policy) {
@@ -82,6 +84,10 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 			v.prices(f.val, p)
 		case "default_price":
 			v.defaultPrice(f.val, p)
+		case "priorities":
+			v.priorities(f.val, p)
+		case "default_priority":
+			v.defaultPriority(f.val, p)
 		case "overrides":
 			// Read and validated by the overrides package (FromPolicy),
 			// which sluice serve and sluice check call on every load.
@@ -107,6 +113,7 @@ func (v *validator) policy(root *yaml.Node, p *Policy) {
 	v.checkCosts(p)
 	v.checkGates(p)
 	v.checkPrices(p)
+	v.checkPriorities(p)
 }
 
 func (v *validator) limits(n *yaml.Node, p *Policy) {

@@ -236,7 +236,7 @@ func TestUnknownFieldSuggestion(t *testing.T) {
 		"limts:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                                 `field "limts": unknown field (did you mean limits?)`,
 		"LIMITS: []\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                    `field "LIMITS": unknown field (did you mean limits?)`,
 		"cost: []\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                      `field "cost": unknown field (did you mean costs?)`,
-		"policy: 1\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                     `field "policy": unknown field (want limits, costs, redact, request_descriptors, allow_unmatched, overrides, prices or default_price)`,
+		"policy: 1\nlimits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\n":                                     `field "policy": unknown field (want limits, costs, redact, request_descriptors, allow_unmatched, overrides, prices, default_price, priorities or default_priority)`,
 		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\ncosts:\n  - {wen: {a: b}, cost: 1}\n":            `field "wen": unknown field in a cost rule (did you mean when?)`,
 		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\ncosts:\n  - {when: {a: b}, cots: 1}\n":           `field "cots": unknown field in a cost rule (did you mean cost?)`,
 		"limits:\n  - {name: a, key: x, capacity: 1, refill: 1/s}\ncosts:\n  - {when: {a: b}, cost: 1, price: 2}\n": `field "price": unknown field in a cost rule (want when or cost)`,
