@@ -73,6 +73,15 @@ type Request struct {
 	// by it: compile each distinct one once and reuse it. It must not hold
 	// slots.
 	Spec *store.Spec
+	// Priority names the request's priority class (policy priorities):
+	// its items are admitted or booked only within each limit cut by the
+	// class's reserve, and booked at most its max_queue_ms deep
+	// (store.Item.Reserve; docs/behaviour.md "Priority classes"). Empty
+	// is the policy's default_priority, or no class (the whole limit)
+	// when it has none. A name the policy does not list fails the check
+	// with a *policy.UnknownPriorityError (matching
+	// policy.ErrUnknownPriority), taking nothing.
+	Priority string
 }
 
 // LimitStatus is one applicable limit's part of a decision.
@@ -96,7 +105,10 @@ type LimitStatus struct {
 	ShadowRefused bool `json:"shadow_refused,omitempty"`
 	// Denied marks a refusal by an override with deny: true (Allowed is
 	// false whatever the limit's state; retrying is useless).
-	Denied     bool          `json:"denied,omitempty"`
+	Denied bool `json:"denied,omitempty"`
+	// Priority is the request's priority class (Result.Priority), when it
+	// has one: its TokensRemaining is what the class may still take.
+	Priority   string        `json:"priority,omitempty"`
 	RetryAfter time.Duration `json:"-"`
 	// BlockFor is the limit's penalty box in force (block_for; 0: none,
 	// and always 0 in shadow mode, which blocks no key): JSON "block_for"
@@ -184,6 +196,9 @@ type Result struct {
 	// Receipt records what an admitted request took, for Settle (when the
 	// request asked for it).
 	Receipt Receipt
+	// Priority is the request's priority class (Request.Priority, or the
+	// policy's default_priority); empty when it has none.
+	Priority string
 
 	scratch *scratch // CheckInto's working space
 }

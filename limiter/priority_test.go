@@ -1,0 +1,90 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+const classesSrc = `
+priorities:
+  - name: interactive
+  - name: standard
+    reserve: 0.2
+    max_queue_ms: 2000
+  - name: batch
+    reserve: 0.5
+    max_queue_ms: 0
+default_priority: standard
+limits:
+  - name: api
+    key: "global"
+    capacity: 10
+    refill_per_second: 1
+`
+
+// A class sees its limit cut by its reserve and its line cut to its
+// max_queue_ms; the default class applies to a request naming none; an
+// unknown class takes nothing.
+func TestPriorityClasses(t *testing.T) {
+	c := sluice.NewManualClock(storetest.Epoch)
+	l := limiterOver(t, classesSrc, memstore.New(memstore.WithClock(c)))
+	ctx := context.Background()
+	check := func(class string, cost int64, wait time.Duration) limiter.Result {
+		t.Helper()
+		res, err := l.Check(ctx, limiter.Request{Descriptors: map[string]string{}, Cost: cost, Priority: class, MaxWait: wait, Reserve: wait > 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// batch: at most the 5 tokens above its reserve of half.
+	if r := check("batch", 5, 0); !r.Allowed || r.Priority != "batch" || r.Limits[0].Priority != "batch" || r.Limits[0].TokensRemaining != 0 {
+		t.Fatalf("batch 5: %+v", r)
+	}
+	if r := check("batch", 1, time.Minute); r.Allowed { // max_queue_ms 0: never waits
+		t.Fatalf("batch 1 more: %+v", r)
+	} else if r.RetryAfter != time.Second {
+		t.Errorf("batch's retry: %v, want 1s (its reserve is 5 tokens: one more is there in 1 s)", r.RetryAfter)
+	}
+	// standard (the default): down to 20 % (2 tokens) left: 3 more.
+	if r := check("", 3, 0); !r.Allowed || r.Priority != "standard" || r.Limits[0].TokensRemaining != 0 {
+		t.Fatalf("standard 3: %+v", r)
+	}
+	if r := check("", 1, 0); r.Allowed {
+		t.Fatalf("standard 1 more: %+v", r)
+	}
+	// standard may book up to 2 s of refill: 2 tokens, not 3.
+	if r := check("standard", 3, time.Minute); r.Allowed {
+		t.Fatalf("standard books 3 (3 s): %+v", r)
+	}
+	if r := check("standard", 2, time.Minute); !r.Allowed || r.Wait != 2*time.Second {
+		t.Fatalf("standard books 2: %+v", r)
+	}
+	// interactive: the whole bucket, the line as deep as its max_wait.
+	if r := check("interactive", 2, 0); r.Allowed {
+		t.Fatalf("interactive 2 (all 2 left are booked): %+v", r)
+	}
+	if r := check("interactive", 2, 0); r.Allowed {
+		t.Fatalf("%+v", r)
+	}
+	c.Advance(2 * time.Second)
+	if r := check("interactive", 2, 0); !r.Allowed || r.Priority != "interactive" {
+		t.Fatalf("interactive 2 after 2 s: %+v", r)
+	}
+	if r := check("interactive", 10, time.Minute); !r.Allowed || r.Wait != 10*time.Second {
+		t.Fatalf("interactive books 10: %+v", r)
+	}
+	_, err := l.Check(ctx, limiter.Request{Descriptors: map[string]string{}, Priority: "bulk"})
+	var ue *policy.UnknownPriorityError
+	if !errors.Is(err, policy.ErrUnknownPriority) || !errors.As(err, &ue) || ue.Name != "bulk" {
+		t.Fatalf("unknown class: %v", err)
+	}
+}
