@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -141,10 +143,22 @@ func (c *compiled) adaptItems(items []store.Item, which []int) (peeks []store.It
 	return peeks, of
 }
 
+// adaptives makes c's adaptive ceilings (c.adapt; nil: none).
+func (c *compiled) adaptives() (err error) {
+	c.adapt, err = newAdaptives(c.p, c.specs)
+	return err
+}
+
 // takeAdaptive is take for a policy with adaptive limits: on its fast
 // path the ceilings are peeked in the check's own Take; otherwise (shadow
 // limits, overrides that skip the store) in a Take of their own after it.
-func (l *Limiter) takeAdaptive(ctx context.Context, c *compiled, items []store.Item, which []int, odd bool, take func([]store.Item) (store.Result, error)) (store.Result, error) {
+func (l *Limiter) takeAdaptive(ctx context.Context, c *compiled, items []store.Item, which []int, rules []*overrides.Rule, borrows bool, now *time.Time) (store.Result, error) {
+	plain := *c
+	plain.adapt = nil
+	take := func(its []store.Item) (store.Result, error) {
+		return l.take(ctx, &plain, its, which, rules, borrows, now)
+	}
+	odd := c.anyShadow || rules != nil
 	peeks, of := c.adaptItems(items, which)
 	if len(peeks) == 0 {
 		return take(items)

@@ -10,14 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
@@ -250,8 +248,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		c.conc[i] = c.specs[i].HoldsSlots()
 		c.status[i].BlockFor = c.specs[i].BlockFor
 	}
-	var err error
-	if c.adapt, err = newAdaptives(p, c.specs); err != nil {
+	if err := c.adaptives(); err != nil {
 		return err
 	}
 	l.withOverrides(c)
@@ -281,35 +278,6 @@ func (c *compiled) index(name string) int {
 		}
 	}
 	return -1
-}
-
-// perLimitCost checks a cost of Request.Costs for limit name (conc: an
-// in-flight cap).
-func perLimitCost(name string, v int64, conc bool) error {
-	switch {
-	case v < 0:
-		return sluice.Errorf(sluice.ErrInvalidCost, "cost %d for limit %q is negative", v, name)
-	case conc:
-		return sluice.Errorf(sluice.ErrInvalidCost, "limit %q is an in-flight cap (max_in_flight): a request holds one slot of it, whatever its cost", name)
-	}
-	return nil
-}
-
-// unknownLimit is the error for the first name (in sorted order) of costs
-// that is not among the applicable limits.
-func unknownLimit(costs map[string]int64, applicable []LimitStatus) error {
-	names := make([]string, len(applicable))
-	for i, st := range applicable {
-		names[i] = st.Name
-	}
-	var unknown []string
-	for n := range costs {
-		if !slices.Contains(names, n) {
-			unknown = append(unknown, n)
-		}
-	}
-	slices.Sort(unknown)
-	return &UnknownLimitError{Name: unknown[0], Applicable: names}
 }
 
 // keyPrefix is the store key's prefix of a limit's keys: its name and,
@@ -418,11 +386,6 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	if !sc.odd {
 		odd = nil // (no override makes an item shadow or skips the store: take's fast path)
 	}
-	if req.Priority != "" || c.p.DefaultPriority != "" { // (no class: no work)
-		if err := c.classify(&req, items, res); err != nil {
-			return err
-		}
-	}
 	if req.MaxWait > 0 && !req.Peek {
 		mw := req.MaxWait
 		if dl, ok := ctx.Deadline(); ok {
@@ -504,11 +467,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 // (timedTaker) decides at it instead of reading the clock again.
 func (l *Limiter) take(ctx context.Context, c *compiled, items []store.Item, which []int, rules []*overrides.Rule, borrows bool, now *time.Time) (store.Result, error) {
 	if c.adapt != nil { // (adaptive limits: limiter/adaptive.go)
-		plain := *c
-		plain.adapt = nil
-		return l.takeAdaptive(ctx, c, items, which, c.anyShadow || rules != nil, func(its []store.Item) (store.Result, error) {
-			return l.take(ctx, &plain, its, which, rules, borrows, now)
-		})
+		return l.takeAdaptive(ctx, c, items, which, rules, borrows, now)
 	}
 	if !c.anyShadow && rules == nil { // (the common case: no closure on the hot path)
 		if borrows {
