@@ -156,6 +156,18 @@ func newAdaptive(cfg Config, base string) (*adaptive, error) {
 	return ad, nil
 }
 
+// withAdaptive gives g its ceiling (Config.Adaptive), in the store for a
+// shared gate.
+func (g *Gate) withAdaptive(cfg Config) (err error) {
+	if g.ad, err = newAdaptive(cfg, sharedBase(g.name)); err != nil {
+		return err
+	}
+	if g.ad != nil && g.sh != nil {
+		g.sh.ad, g.ad.base = g.ad, g.sh.specs[0]
+	}
+	return nil
+}
+
 // rate is the refill rate of a level.
 func (ad *adaptive) rate(level int64) float64 {
 	return ad.cfg.Min + float64(min(max(level, 0), ad.levels))*ad.q

@@ -150,9 +150,8 @@ type Config struct {
 	//
 	// Deprecated: use SlotTTL.
 	LeaseTTL time.Duration
-	// Adaptive, when set, makes Limit.Rate a ceiling that learns from the
-	// other side's overload answers (Overloaded; AIMD, gate/adaptive.go).
-	// Nil: the rate is Limit.Rate.
+	// Adaptive, when set, makes Limit.Rate a ceiling that learns from
+	// overload answers (Overloaded, gate/adaptive.go); nil: fixed.
 	Adaptive *Adaptive
 	// Rand, if set, draws the retry jitter (a seeded source makes retries
 	// reproducible); nil uses math/rand/v2's global source. It is used under
@@ -298,11 +297,8 @@ func New(cfg Config) (*Gate, error) {
 			return nil, err
 		}
 	}
-	if g.ad, err = newAdaptive(cfg, sharedBase(g.name)); err != nil {
+	if err := g.withAdaptive(cfg); err != nil {
 		return nil, err
-	}
-	if g.ad != nil && g.sh != nil {
-		g.sh.ad, g.ad.base = g.ad, g.sh.specs[0]
 	}
 	if cfg.Logger != nil {
 		g.logs, _ = bucket.New(bucket.Limit{Capacity: 20, Rate: 10})
