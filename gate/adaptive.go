@@ -180,8 +180,12 @@ func (ad *adaptive) lowered(level int64) int64 {
 }
 
 // sync makes an in-process gate's bucket refill at the ceiling's current
-// level (bucket.Bucket.SetLimit: tokens kept, no burst), when it moved.
+// level (bucket.Bucket.SetLimit: tokens kept, no burst), when it moved;
+// on nil (no Adaptive) it does nothing.
 func (ad *adaptive) sync(g *Gate) {
+	if ad == nil {
+		return
+	}
 	lvl := int64(ad.deficit.Tokens())
 	if ad.applied.Load() == lvl {
 		return

@@ -459,9 +459,7 @@ func (g *Gate) admit(ctx context.Context, cost int64, attempt int, wantRes bool,
 		sh, err := g.acquireShared(ctx, cost, attempt, ch)
 		return hold{sh: sh}, err
 	}
-	if g.ad != nil {
-		g.ad.sync(g) // (the ceiling may have moved)
-	}
+	g.ad.sync(g) // (an adaptive ceiling may have moved; nil: none)
 	if ch != nil {
 		if r, dres, ok := g.tryNowDims(cost, attempt, ch); ok {
 			return hold{res: r, dres: dres}, nil
