@@ -17,7 +17,9 @@
 //     smaller cost goes to the store), under the same spec and base (an
 //     override changed since misses), and, for a booking (Item.MaxWait > 0)
 //     on a kind that books, when the refused cost is still more than
-//     MaxWait away (so that waiting cannot admit it either).
+//     MaxWait away (so that waiting cannot admit it either), and of no
+//     priority class's reserve (Item.Reserve 0: a class's refusal is of
+//     its share, not of the key's whole budget).
 //   - Its answer is the one the store would give if nothing else happened
 //     to the key (store.Spec.RefusedAfter): refused, RetryAfter and
 //     ResetAfter counted down from the store's, Remaining what has been
@@ -231,7 +233,10 @@ func (s *Store) cacheable(items []store.Item) bool {
 		return false
 	}
 	it := &items[0]
-	return it.Cost > 0 && it.Spec != nil && it.Key != "" && it.Spec.Kind.RefusalsHold()
+	// (a priority class's item, Reserve > 0, goes to the store: its
+	// refusal is of the class's share, which a request of another class
+	// on the key does not share, and its RetryAfter is the class's)
+	return it.Cost > 0 && it.Reserve == 0 && it.Spec != nil && it.Key != "" && it.Spec.Kind.RefusalsHold()
 }
 
 func sameSpec(a, b *store.Spec) bool {

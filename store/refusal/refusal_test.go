@@ -140,8 +140,8 @@ func TestReturnDropsTheRefusal(t *testing.T) {
 	}
 }
 
-// Multi-item requests, in-flight caps, sliding windows and penalty boxes
-// always go to the store.
+// Multi-item requests, in-flight caps, sliding windows, penalty boxes and
+// a priority class's items (a reserve) always go to the store.
 func TestWhatIsNotCached(t *testing.T) {
 	s, inner, _ := setup(t, 100)
 	sp := mustSpec(t, bucketLimit(1, 0.001))
@@ -151,6 +151,7 @@ func TestWhatIsNotCached(t *testing.T) {
 		"two items":   {{Key: "m:1", Spec: sp, Cost: 1}, {Key: "m:2", Spec: sp, Cost: 1}},
 		"in flight":   {{Key: "c:1", Spec: &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, SlotTTL: time.Hour}, Cost: 1}},
 		"penalty box": {{Key: "b:1", Spec: mustSpec(t, blocked), Cost: 1}},
+		"reserve":     {{Key: "r:1", Spec: sp, Cost: 1, Reserve: store.ReserveScale / 2}},
 	} {
 		for range 3 {
 			if _, err := s.Take(context.Background(), append([]store.Item(nil), items...)); err != nil {
@@ -161,8 +162,8 @@ func TestWhatIsNotCached(t *testing.T) {
 			t.Fatalf("%s: answered from the cache", name)
 		}
 	}
-	if inner.takes.Load() != 9 {
-		t.Fatalf("store calls %d, want 9", inner.takes.Load())
+	if inner.takes.Load() != 12 {
+		t.Fatalf("store calls %d, want 12", inner.takes.Load())
 	}
 }
 
