@@ -9,5 +9,6 @@ require (
 
 require (
 	github.com/redis/rueidis v1.0.79 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )
