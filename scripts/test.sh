@@ -7,10 +7,13 @@
 # the race detector, after a short fuzzing pass over every fuzz target and
 # one iteration of every comparison benchmark in the bench/ module.
 #
-# Caddy and Traefik, for the forward-auth recipes of docs/proxies.md, are
-# built from their Go modules (tools/caddy, tools/traefik) in the
-# background from the start, at a lower priority, and cached per machine
-# (~/.cache/sluice/): a later run reuses them. Each step prints its elapsed
+# Caddy and Traefik, for the forward-auth recipes of docs/proxies.md, Helm
+# for the chart's test and an OpenTelemetry Collector for the trace tests
+# are built from their Go modules (tools/caddy, tools/traefik, tools/helm,
+# tools/otelcol) in the background from the start, at a lower priority, and
+# cached per machine (~/.cache/sluice/): a later run reuses them. The
+# container image (scripts/image.sh, podman) is built once and tested by
+# cmd/sluice's TestImage and tools/charttest's podman kube play. Each step prints its elapsed
 # seconds, and the run ends with a table of them.
 #
 # Environment: FUZZTIME (default 5s per target; 0 skips fuzzing),
@@ -51,9 +54,13 @@ step() {
 }
 workdir=$(mktemp -d)
 bgpids=()
+image_built=""
+# podman with scripts/image.sh's global flags (no systemd here).
+podman_() { podman --cgroup-manager cgroupfs --events-backend file "$@"; }
 on_exit() {
 	local rc=$?
 	for pid in "${bgpids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+	if [ -n "$image_built" ]; then podman_ rmi -f "$SLUICE_IMAGE" >/dev/null 2>&1 || true; fi
 	step_done
 	step_name=""
 	printf '\n== step times (wall s, CPU s)\n'
@@ -78,6 +85,17 @@ build_bg() { # name script
 }
 build_bg caddy tools/caddy/build.sh
 build_bg traefik tools/traefik/build.sh
+build_bg helm tools/helm/build.sh
+build_bg otelcol tools/otelcol/build.sh
+
+# Every plain build below (vet, the bench module, the sluice binary the
+# clients' tests and the container image run) is static and path-trimmed,
+# as scripts/image.sh builds the image's binary: one compilation of every
+# dependency serves them all. The race detector needs cgo: its step sets
+# CGO_ENABLED=1 (and no -trimpath) for itself.
+# (GOFLAGS keeps what go env sets, e.g. a machine's -buildvcs=false.)
+goflags=$(go env GOFLAGS)
+export CGO_ENABLED=0 GOFLAGS="${goflags:+$goflags }-trimpath"
 
 step "install tools"
 # staticcheck (Go module proxy) in the background while Debian's packages
@@ -95,6 +113,8 @@ fi
 #   prometheus: promtool validates what /metrics serves.
 #   chromium: headless, loads the live page in cmd/sluice's TestLivePage.
 #   nginx: docs/proxies.md's forward-auth recipe (TestForwardAuthNginx).
+#   podman, runc, catatonit: the container image (scripts/image.sh,
+#   TestImage) and the chart's pod (tools/charttest, podman kube play).
 missing=()
 need() { # package command...
 	local pkg=$1; shift
@@ -111,6 +131,9 @@ need prometheus promtool
 need curl curl
 need chromium chromium
 need nginx nginx
+need podman podman
+need runc runc
+need catatonit catatonit
 if ! command -v python3 >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then missing+=(python3-venv); fi
 if [ ! -e /etc/ssl/certs/ca-certificates.crt ]; then missing+=(ca-certificates); fi
 # As root nothing asks for a password, so the packages install in the
@@ -238,6 +261,12 @@ step "clients: build (sluice, @sluice/client) and install (sluice_client)"
 clientdir=$workdir/clients
 mkdir -p "$clientdir"
 go build -o "$clientdir/sluice" ./cmd/sluice
+# The container image, built once (its binary's packages are the ones just
+# compiled): cmd/sluice's TestImage and tools/charttest run it.
+export SLUICE_IMAGE=localhost/sluice:test-$$
+scripts/image.sh "$SLUICE_IMAGE" >/dev/null 2>"$workdir/image.log" || { cat "$workdir/image.log"; exit 1; }
+image_built=1
+echo "image: $SLUICE_IMAGE ($(podman_ image inspect --format '{{.Size}}' "$SLUICE_IMAGE") bytes)"
 (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 python3 -m venv "$clientdir/venv"
 "$clientdir/venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
@@ -276,22 +305,34 @@ step "clients: TypeScript tests (clients/typescript)"
 # (tools/traefik), built from their Go modules in the background since the
 # start (cached per machine), for docs/proxies.md's recipes (cmd/sluice
 # TestForwardAuthCaddy, TestForwardAuthTraefik, TestForwardAuthClientCert).
-step "Caddy and Traefik from their Go modules (tools/caddy, tools/traefik; cached)"
-for tool in caddy traefik; do
+step "Caddy, Traefik, Helm and the Collector from their Go modules (tools/; cached)"
+for tool in caddy traefik helm otelcol; do
 	pid_var=${tool}_pid
 	if ! wait "${!pid_var}"; then
 		echo "building $tool failed:"; cat "$workdir/$tool.log"; exit 1
 	fi
 	grep -v '^go: downloading' "$workdir/$tool.log" || true
 done
-export SLUICE_CADDY SLUICE_TRAEFIK
+export SLUICE_CADDY SLUICE_TRAEFIK SLUICE_OTELCOL HELM
 SLUICE_CADDY=$(cat "$workdir/caddy.path")
 SLUICE_TRAEFIK=$(cat "$workdir/traefik.path")
+HELM=$(cat "$workdir/helm.path")
+SLUICE_OTELCOL=$(cat "$workdir/otelcol.path")
 bgpids=()
 echo "caddy: $SLUICE_CADDY ($("$SLUICE_CADDY" version | head -1))"
 echo "traefik: $SLUICE_TRAEFIK ($("$SLUICE_TRAEFIK" version | sed -n 's/^Version: *//p'))"
+echo "helm: $HELM ($("$HELM" version --short))"
+echo "otelcol: $SLUICE_OTELCOL ($("$SLUICE_OTELCOL" --version))"
+
+# The chart (deploy/helm/sluice): helm lint and template for each
+# documented combination, decoded strictly into the Kubernetes API types,
+# and the rendered Deployment and ConfigMap run with podman kube play on
+# the image above. Compiled with tools/helm's flags, so that the k8s.io
+# packages helm's build compiled are reused.
+step "Helm chart (tools/charttest: lint, template, strict decode, podman kube play)"
+(cd tools/charttest && GOWORK=off go test -count=1 -gcflags "all=-N -l -dwarf=false" ./...)
 
 # Last, so that the run closes on go test's own summary lines (and the
 # table of step times).
 step "go test -race"
-SLUICE_BIN="$clientdir/sluice" go test -race -shuffle=on -count=1 "${pkgs[@]}"
+SLUICE_BIN="$clientdir/sluice" CGO_ENABLED=1 GOFLAGS="$goflags" go test -race -shuffle=on -count=1 "${pkgs[@]}"
