@@ -20,7 +20,8 @@ import (
 
 // AuditRecord is one change of what is enforced. Action is one of
 // "policy_reload", "override_set", "override_delete", "override_expire",
-// "pause"; Change says what changed (per action: docs/operations.md, "Audit
+// "pause", "adaptive_ceiling" (POST /v1/feedback lowered a key's adaptive
+// ceiling); Change says what changed (per action: docs/operations.md, "Audit
 // log"); Actor is the name of the token the change came with ("token" for
 // a token without a name, "anonymous" when the service has none; "system"
 // for a reload or an expiry), Via how it came (the endpoint, or SIGHUP, or

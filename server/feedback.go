@@ -1,5 +1,6 @@
 // POST /v1/feedback: a call's outcome (overloaded or ok) told to the
-// adaptive limits (policy adaptive:) that apply to its descriptors.
+// adaptive limits (policy adaptive:) that apply to its descriptors; a
+// ceiling it lowers is an audit record (adaptive_ceiling).
 
 package server
 
@@ -59,6 +60,13 @@ func (s *Server) feedback(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		answer.Classify(err).Write(w)
 		return
+	}
+	for _, f := range st {
+		if f.Lowered { // a change of what is enforced: the audit log's adaptive_ceiling
+			s.auditRequest(r, "adaptive_ceiling", map[string]any{"limit": f.Name, "descriptors": s.shownDescriptors(req.Descriptors),
+				"adaptive_refill_per_second": f.AdaptiveRefill, "refill_per_second": f.RefillPerSecond,
+				"min_refill_per_second": f.MinRefill, "outcome": req.Outcome})
+		}
 	}
 	writeJSON(w, http.StatusOK, FeedbackResponse{Limits: st})
 }

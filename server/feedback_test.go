@@ -4,6 +4,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"testing"
 
@@ -77,5 +78,30 @@ func TestFeedback(t *testing.T) {
 	}
 	if resp, _ := post(t, a, "/v1/feedback", `{"descriptors": {"other": "x"}, "outcome": "ok"}`); resp.StatusCode != 200 {
 		t.Errorf("no adaptive limit applies: 200 with none: %d", resp.StatusCode)
+	}
+}
+
+// A feedback that lowers a key's ceiling is an audit record
+// (adaptive_ceiling); one within the cooldown, which changes nothing, is
+// not.
+func TestFeedbackAudited(t *testing.T) {
+	ts := adaptiveServer(t, memstore.New())
+	post(t, ts, "/v1/feedback", `{"descriptors": {"api_key": "k"}, "outcome": "overloaded"}`)
+	post(t, ts, "/v1/feedback", `{"descriptors": {"api_key": "k"}, "outcome": "overloaded"}`) // (within the cooldown)
+	post(t, ts, "/v1/feedback", `{"descriptors": {"api_key": "k"}, "outcome": "ok"}`)
+	resp, body := get(t, ts.URL+"/v1/audit")
+	var d map[string]any
+	if err := json.Unmarshal([]byte(body), &d); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/v1/audit: %d %s %v", resp.StatusCode, body, err)
+	}
+	recs, _ := d["records"].([]any)
+	if len(recs) != 1 {
+		t.Fatalf("/v1/audit: %v, want one record", d)
+	}
+	r := recs[0].(map[string]any)
+	ch, _ := r["change"].(map[string]any)
+	if r["action"] != "adaptive_ceiling" || r["actor"] != server.ActorAnonymous || ch["limit"] != "llm" ||
+		ch["adaptive_refill_per_second"] != 50.0 || ch["descriptors"].(map[string]any)["api_key"] != "k" {
+		t.Fatalf("the ceiling's record %v", r)
 	}
 }
