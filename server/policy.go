@@ -33,6 +33,9 @@ type limitView struct {
 	// Overrides is the number of overrides of the limit held (with
 	// Config.Overrides; absent without).
 	Overrides *int `json:"overrides,omitempty"`
+	// Unit is what the limit counts when not requests (tokens, usd: a
+	// usd limit's capacity and refill in micro-dollars).
+	Unit string `json:"unit,omitempty"`
 }
 
 // viewOf is l as /v1/policy shows it.
@@ -40,7 +43,7 @@ func viewOf(l *policy.Limit, shadow bool) limitView {
 	sh := l.Shape() // (each field its kind's, zero and omitted for others)
 	v := limitView{Name: l.Name, Key: l.Key, Algorithm: l.Kind.String(), When: l.When,
 		Capacity: sh.Capacity, Refill: sh.Rate, Window: durationField(sh.Window), SlotTTL: durationField(sh.SlotTTL),
-		Period: sh.Period, Timezone: sh.Timezone, OnStoreError: l.OnStoreError, Shadow: shadow}
+		Period: sh.Period, Timezone: sh.Timezone, OnStoreError: l.OnStoreError, Shadow: shadow, Unit: l.Unit}
 	if !shadow { // (a shadow limit blocks no key)
 		v.BlockFor = durationField(l.BlockFor)
 	}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,6 +102,9 @@ func TestServeSpend(t *testing.T) {
 	// The receipt was not settled by the refusals: settle it at its estimate.
 	if resp, m := post(t, ts, "/v1/settle", fmt.Sprintf(`{"lease": %q, "usage": {"model": "gpt-4o", "input_tokens": 20000, "output_tokens": 5000}}`, lease)); resp.StatusCode != 200 {
 		t.Fatalf("%d %v", resp.StatusCode, m)
+	}
+	if _, body := get(t, ts.URL+"/v1/policy"); !strings.Contains(body, `"name":"budget","key":"team:{team}","algorithm":"quota"`) || !strings.Contains(body, `"unit":"usd"`) {
+		t.Fatalf("/v1/policy: %s", body)
 	}
 	_, body := get(t, ts.URL+"/v1/stats")
 	var st map[string]any
