@@ -386,6 +386,11 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 	if !sc.odd {
 		odd = nil // (no override makes an item shadow or skips the store: take's fast path)
 	}
+	if req.Priority != "" || c.p.DefaultPriority != "" { // (no class: no work)
+		if err := c.classify(&req, items, res); err != nil {
+			return err
+		}
+	}
 	if req.MaxWait > 0 && !req.Peek {
 		mw := req.MaxWait
 		if dl, ok := ctx.Deadline(); ok {
