@@ -101,7 +101,8 @@ func (s *Server) traceDecision(ctx context.Context, req limiter.Request, res lim
 // policy order), sluice.keys (their keys as statuses show them: redacted
 // descriptors as a hash), sluice.refused_by (the limits that refused),
 // sluice.shadow (a shadow limit would have refused), sluice.override (the
-// limits an override decided), sluice.cost, sluice.retry_after_ms when
+// limits an override decided), sluice.priority (the request's priority
+// class, when it has one), sluice.cost, sluice.retry_after_ms when
 // refused, sluice.wait_ms for a reserve, sluice.max_wait_ms when the
 // request could wait.
 func decisionAttrs(req limiter.Request, res limiter.Result, err error) []tracing.Attr {
@@ -136,6 +137,9 @@ func decisionAttrs(req limiter.Request, res limiter.Result, err error) []tracing
 	}
 	if len(overridden) > 0 {
 		attrs = append(attrs, tracing.Strings("sluice.override", overridden))
+	}
+	if res.Priority != "" {
+		attrs = append(attrs, tracing.String("sluice.priority", res.Priority))
 	}
 	if !res.Allowed {
 		attrs = append(attrs, tracing.Int("sluice.retry_after_ms", limiter.CeilMS(res.RetryAfter)))
