@@ -41,6 +41,10 @@ type CheckRequest struct {
 	// spend reserved on every usd limit that applies, its tokens on every
 	// token limit, unless Costs names the limit.
 	UsageEstimate *UsageEstimate `json:"usage_estimate"`
+	// Priority names the request's priority class (limiter.Request.
+	// Priority): empty is the policy's default_priority; a class the
+	// policy does not list is 400 unknown_priority.
+	Priority string `json:"priority"`
 }
 
 // The bounds of a check request (keys are stored, so their size bounds
@@ -117,6 +121,9 @@ func (c *CheckRequest) Fingerprint() string {
 		fmt.Fprintf(h, "l%d:%s%d", len(n), n, c.Costs[n])
 	}
 	c.UsageEstimate.fingerprint(h)
+	if c.Priority != "" {
+		fmt.Fprintf(h, "p%d:%s", len(c.Priority), c.Priority)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
@@ -129,6 +136,9 @@ type CheckResponse struct {
 	// (rounded up; 0: at once). Absent for other checks.
 	WaitMS *int64                `json:"wait_ms,omitempty"`
 	Limits []limiter.LimitStatus `json:"limits"`
+	// Priority is the request's priority class (its own, or the policy's
+	// default_priority); absent when it has none.
+	Priority string `json:"priority,omitempty"`
 	// Error, Code and Limit answer a request refused by a deny override
 	// (403 denied; Limit names the limit): absent otherwise.
 	Error string      `json:"error,omitempty"`
@@ -182,7 +192,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 // decide runs a validated check and writes the answer; it returns the
 // answer when it is a decision (kept for request_id retries), nil for errors.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckRequest) *reply {
-	lr := limiter.Request{Descriptors: req.Descriptors, Costs: req.Costs, Retry: req.Retry, Receipt: true, RefuseUnmatched: true}
+	lr := limiter.Request{Descriptors: req.Descriptors, Costs: req.Costs, Retry: req.Retry, Receipt: true, RefuseUnmatched: true, Priority: req.Priority}
 	if req.Cost != nil {
 		if *req.Cost == 0 {
 			lr.Peek = true
@@ -244,7 +254,7 @@ func (a *reply) write(w http.ResponseWriter) {
 }
 
 func (s *Server) reply(r *http.Request, res limiter.Result, reserve bool) *reply {
-	resp := CheckResponse{Allowed: res.Allowed, Limits: res.Limits}
+	resp := CheckResponse{Allowed: res.Allowed, Limits: res.Limits, Priority: res.Priority}
 	if reserve && res.Allowed {
 		ms := limiter.CeilMS(res.Wait)
 		resp.WaitMS = &ms

@@ -13,6 +13,7 @@ const (
 	BadJSON              Code = "bad_json"
 	BadRequest           Code = "bad_request"
 	UnknownLimit         Code = "unknown_limit"
+	UnknownPriority      Code = "unknown_priority"
 	Unauthorized         Code = "unauthorized"
 	Denied               Code = "denied"
 	Forbidden            Code = "forbidden"
@@ -73,6 +74,7 @@ var table = [...]Entry{
 	{BadJSON, 400, 0, "The body is not one JSON object of known fields, each named in its exact case and given once, at any depth; the message names the field and what it wants. Nothing was charged."},
 	{BadRequest, 400, GRPCInvalidArgument, "A field or parameter is missing, out of its bounds or inapplicable (missing descriptors, a negative cost or wait, more than 64 descriptors, a name outside 1 to 128 bytes, a value over 1024 bytes, a `request_id` over 256 bytes, a bad `?deny=`), or the middleware's `KeyFunc` failed; over gRPC, a request over the RateLimitService's bounds; on `/v1/overrides`, a malformed override or query (a `*` inside a `match` value, a bad number, rate or duration, `deny` or `unlimited` with parameters, an unknown field, a bad `cursor` or `n`). Nothing was charged or changed."},
 	{UnknownLimit, 400, GRPCInvalidArgument, "`costs`, `actual_costs` or `/v1/pause`'s `limits` name a limit that does not apply to the descriptors (`\"limit\"` names it), or `/v1/top`'s `limit` is not in the policy; on `/v1/overrides` (answered 404 there), the override's `name` or the `limit` parameter is no limit of the policy."},
+	{UnknownPriority, 400, GRPCInvalidArgument, "A `/v1/check` or reservation names a `priority` (over gRPC, a descriptor entry `priority`) that is no class of the policy's `priorities` (the message lists them). Nothing was charged."},
 	{Unauthorized, 401, 0, "The bearer token is missing or wrong (with `WWW-Authenticate`); on `--auth-listen` with `--auth-listen-client-ca`, the connection has no verified client certificate."},
 	{Denied, 403, 0, "Refused by an override with `deny: true` (a blocked key), whatever its limits' state: retrying is useless. Forward-auth answers 403 too; over gRPC it is a decision, `OVER_LIMIT`, not an error."},
 	{Forbidden, 403, 0, "A write (`PUT`, `DELETE`) to `/v1/overrides` on a service with neither `--admin-token-file` nor `--auth-token-file`, through a listener that is not on a loopback address (the message names the flags). Nothing changed."},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -43,7 +44,8 @@ func Errorf(c Code, format string, args ...any) Problem {
 // Classify maps a decision's error: a cost above a limit's capacity is
 // cost_exceeds_capacity (retrying is useless), a per-limit cost naming a
 // limit that does not apply unknown_limit, descriptors no limit applies to
-// no_limit_applies, an invalid cost bad_request, the key cap store_full
+// no_limit_applies, a class the policy does not list unknown_priority,
+// an invalid cost bad_request, the key cap store_full
 // (with the store's RetryAfter when it knows when room comes), anything
 // else (the store failing) store_error; each with its status and gRPC code
 // from the table.
@@ -54,6 +56,8 @@ func Classify(err error) Problem {
 	switch {
 	case errors.Is(err, limiter.ErrNoLimitApplies):
 		return New(NoLimitApplies, plain(err))
+	case errors.Is(err, policy.ErrUnknownPriority):
+		return New(UnknownPriority, plain(err))
 	case errors.As(err, &ue):
 		p := New(UnknownLimit, plain(err))
 		p.Limit = ue.Name

@@ -82,6 +82,8 @@ class Limit:
     denied: bool = False
     #: a refusal by a limit with block_for: the key is in its penalty box
     blocked: bool = False
+    #: an adaptive limit's ceiling the key was decided under (None: not adaptive)
+    adaptive_refill_per_second: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ class Decision:
                   tokens_remaining=int(l.get("tokens_remaining", 0)), allowed=bool(l.get("allowed", False)),
                   algorithm=str(l.get("algorithm", "")), refill_per_second=float(l.get("refill_per_second", 0) or 0),
                   token_cost=int(l.get("token_cost", 0)), denied=bool(l.get("denied", False)),
-                  blocked=bool(l.get("blocked", False)))
+                  blocked=bool(l.get("blocked", False)),
+                  adaptive_refill_per_second=(float(l["adaptive_refill_per_second"]) if l.get("adaptive_refill_per_second") else None))
             for l in body.get("limits") or []
         ]
         wait = body.get("wait_ms")
@@ -187,6 +190,7 @@ _ERRORS: Dict[str, Type[SluiceError]] = {
     "unknown_model": BadRequest,
     "unknown_lease": BadRequest,
     "unknown_limit": BadRequest,
+    "unknown_priority": BadRequest,
 }
 
 
@@ -375,6 +379,21 @@ class Client(_Overrides):
         _, ans = self._post("/v1/pause", b)
         return int(ans.get("paused_until_ms", 0)) / 1000
 
+    def feedback(self, descriptors: Descriptors, outcome: str, limits: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+        """Tell the adaptive limits (policy ``adaptive:``) of ``descriptors``
+        (``limits`` names some; default every one applying) of a call's
+        outcome: ``"overloaded"`` (a 429, 503 or 529 without a hint) lowers
+        each key's ceiling, once per cooldown across instances; ``"ok"``
+        reads them. Returns each limit's answer (``name``, ``key``,
+        ``lowered``, ``adaptive_refill_per_second``, ...)."""
+        if outcome not in ("overloaded", "ok"):
+            raise ValueError(f'outcome must be "overloaded" or "ok", not {outcome!r}')
+        b: Dict[str, Any] = {"descriptors": _descriptors(descriptors), "outcome": outcome}
+        if limits:
+            b["limits"] = [str(x) for x in limits]
+        _, ans = self._post("/v1/feedback", b)
+        return list(ans.get("limits") or [])
+
     def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
                         limits: Optional[List[str]] = None) -> Optional[float]:
         """Read a provider's answer (its status and rate-limit headers:
@@ -385,15 +404,27 @@ class Client(_Overrides):
         (``ticket.report_response`` names its own) — for every client.
         ``limits`` names the limits to pause (default every token-bucket
         limit applying). Returns the pause's length in seconds, None when
-        nothing says wait."""
+        nothing says wait. A 429, 503 or 529 with no hint at all is an
+        overload: it is told to the adaptive limits applying (``feedback``
+        ``"overloaded"``, all of them: ``limits`` names pauses), which
+        lower their ceilings; it returns None (a service without
+        /v1/feedback is not an error)."""
         if isinstance(status, bool) or not isinstance(status, int):
             raise ValueError(f"status must be an HTTP status code (an int), not {status!r}")
         wait = _wait_of(status, headers)
-        if wait is None:
+        overload = wait is None and status in (429, 503, 529) and retry_hint(headers) is None
+        if wait is None and not overload:
             return None
         d = descriptors if descriptors is not None else _current.get()
         if not d:
             raise ValueError("report_response: no descriptors (pass descriptors=, or acquire first in this thread or task)")
+        if overload:
+            try:
+                self.feedback(d, "overloaded")
+            except SluiceError as e:
+                if e.status != 404:
+                    raise
+            return None
         self.pause(d, wait, limits)
         return wait
 
@@ -575,6 +606,10 @@ class AsyncClient(_AsyncOverrides):
     async def pause(self, descriptors: Descriptors, retry_after: float, limits: Optional[List[str]] = None) -> float:
         """Client.pause."""
         return await self._run(self._c.pause, descriptors, retry_after, limits)
+
+    async def feedback(self, descriptors: Descriptors, outcome: str, limits: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+        """Client.feedback."""
+        return await self._run(self._c.feedback, descriptors, outcome, limits)
 
     async def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
                               limits: Optional[List[str]] = None) -> Optional[float]:

@@ -184,6 +184,7 @@ const ERRORS: Record<string, new (...args: never[]) => SluiceError> = {
   unknown_model: BadRequestError,
   unknown_lease: BadRequestError,
   unknown_limit: BadRequestError,
+  unknown_priority: BadRequestError,
 };
 
 function byStatus(status: number): new (...args: never[]) => SluiceError {
