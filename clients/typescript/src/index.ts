@@ -41,6 +41,19 @@ export interface Limit {
   denied: boolean;
   /** A refusal by a limit with block_for: the key is in its penalty box (`retryAfter` counts down to its end). */
   blocked: boolean;
+  /** An adaptive limit's ceiling the key was decided under (undefined: not adaptive). */
+  adaptiveRefillPerSecond?: number;
+}
+
+/** One adaptive limit's answer to `feedback`. */
+export interface FeedbackStatus {
+  name: string;
+  key: string;
+  /** This feedback lowered the key's ceiling. */
+  lowered: boolean;
+  adaptiveRefillPerSecond: number;
+  refillPerSecond: number;
+  minRefillPerSecond: number;
 }
 
 /** A check's answer. A refusal is a Decision with `allowed` false (and `retryAfter`, seconds), not an exception. `lease` (the receipt id) settles and releases an admitted request; `wait` is, for a reservation, the seconds after which it may act. `denied` is true for a refusal by a deny override (HTTP 403 `denied`; the limit's `denied` too): retrying is useless. */
@@ -148,6 +161,7 @@ function decision(body: any): Decision {
       name: String(l.name ?? ""), key: String(l.key ?? ""), algorithm: String(l.algorithm ?? ""), capacity: Number(l.capacity ?? 0),
       refillPerSecond: Number(l.refill_per_second ?? 0), tokensRemaining: Number(l.tokens_remaining ?? 0), tokenCost: Number(l.token_cost ?? 0),
       allowed: Boolean(l.allowed), denied: Boolean(l.denied), blocked: Boolean(l.blocked),
+      ...(l.adaptive_refill_per_second ? { adaptiveRefillPerSecond: Number(l.adaptive_refill_per_second) } : {}),
     })),
   };
 }
@@ -395,6 +409,19 @@ export class Client {
     return Number(ans.paused_until_ms ?? 0) / 1000;
   }
 
+  /** Tell the adaptive limits (policy `adaptive:`) of `descriptors` (`limits` names some; default every one applying) of a call's outcome: `"overloaded"` (a 429, 503 or 529 without a hint) lowers each key's ceiling, once per cooldown across instances; `"ok"` reads them. Resolves to each limit's answer. */
+  async feedback(o: { descriptors: Descriptors; outcome: "overloaded" | "ok"; limits?: string[] }): Promise<FeedbackStatus[]> {
+    if (o?.outcome !== "overloaded" && o?.outcome !== "ok") throw new TypeError(`outcome must be "overloaded" or "ok", not ${String(o?.outcome)}`);
+    const b: Record<string, unknown> = { descriptors: descriptorsOf(o.descriptors), outcome: o.outcome };
+    if (o.limits && o.limits.length > 0) b.limits = o.limits;
+    const ans = await this.post("/v1/feedback", b);
+    return (ans.limits ?? []).map((l: any) => ({
+      name: String(l.name ?? ""), key: String(l.key ?? ""), lowered: Boolean(l.lowered),
+      adaptiveRefillPerSecond: Number(l.adaptive_refill_per_second ?? 0), refillPerSecond: Number(l.refill_per_second ?? 0),
+      minRefillPerSecond: Number(l.min_refill_per_second ?? 0),
+    }));
+  }
+
   /** Wrap an async function: each call first acquires a place, and releases it when the function settles. */
   limited<A extends unknown[], R>(fn: (...args: A) => Promise<R> | R, o: CheckOptions & { maxWait?: number }): (...args: A) => Promise<R> {
     return async (...args: A) => {
@@ -407,13 +434,22 @@ export class Client {
     };
   }
 
-  /** Read a provider's answer (a fetch Response, or `{status, headers}`) and, when its rate-limit headers say wait (a 429/503 with a hint, or a budget at 0 with a reset), pause `descriptors` for every client — by default this client's last `acquire`/`limited` call's (with concurrent calls, use the ticket's own `reportResponse`). `limits` names the limits to pause (default every token-bucket limit applying). Resolves to the pause's length in seconds, undefined when nothing says wait. */
+  /** Read a provider's answer (a fetch Response, or `{status, headers}`) and, when its rate-limit headers say wait (a 429/503 with a hint, or a budget at 0 with a reset), pause `descriptors` for every client — by default this client's last `acquire`/`limited` call's (with concurrent calls, use the ticket's own `reportResponse`). `limits` names the limits to pause (default every token-bucket limit applying). Resolves to the pause's length in seconds, undefined when nothing says wait. A 429, 503 or 529 with no hint at all is an overload: it is told to the adaptive limits applying (`feedback` `"overloaded"`, all of them: `limits` names pauses), which lower their ceilings; it resolves to undefined (a service without /v1/feedback is not an error). */
   async reportResponse(response: { status: number; headers: HeadersLike }, o: { descriptors?: Descriptors; limits?: string[] } = {}): Promise<number | undefined> {
     if (!Number.isInteger(response?.status)) throw new TypeError(`response.status must be an HTTP status code, not ${String(response?.status)}`);
     const wait = waitOf(response.status, response.headers);
-    if (wait === undefined) return undefined;
+    const overload = wait === undefined && [429, 503, 529].includes(response.status) && retryHint(response.headers) === undefined;
+    if (wait === undefined && !overload) return undefined;
     const d = o.descriptors ?? this.last;
     if (!d) throw new TypeError("reportResponse: no descriptors (pass descriptors, or acquire first)");
+    if (wait === undefined) {
+      try {
+        await this.feedback({ descriptors: d, outcome: "overloaded" });
+      } catch (e) {
+        if (!(e instanceof SluiceError && e.status === 404)) throw e;
+      }
+      return undefined;
+    }
     await this.pause({ descriptors: d, retryAfter: wait, limits: o.limits });
     return wait;
   }
