@@ -136,6 +136,11 @@ type Limit struct {
 	// that learns from feedback (policy/adaptive.go); nil: a fixed refill.
 	Adaptive *Adaptive
 
+	// Alerts are the fractions of the capacity (used in the current
+	// period or bucket) whose crossing fires an alert (alerts), in
+	// increasing order; nil: none.
+	Alerts []float64
+
 	// Line is where the limit starts in the file.
 	Line int
 

@@ -332,6 +332,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 	l := &Limit{Line: n.Line}
 	f.common(l)
 	f.unit(l) // (before the kind reads a usd limit's dollars)
+	f.alerts(l)
 	kind, known := f.kind()
 	l.Kind = kind
 	if known {
