@@ -38,6 +38,14 @@ type PolicyService struct {
 	ov overrides
 }
 
+// PriorityEntry is the descriptor entry that names a request's priority
+// class (limiter.Request.Priority) when the policy has priorities: it is
+// not a descriptor, never part of a key. A call's descriptors must name
+// one class (or none: default_priority); an unknown class, or two, is
+// INVALID_ARGUMENT. Under a policy with no priorities it is a descriptor
+// like any other, as before classes.
+const PriorityEntry = "priority"
+
 // NewPolicyService serves l's policy.
 func NewPolicyService(l *limiter.Limiter) *PolicyService { return &PolicyService{l: l} }
 
@@ -51,6 +59,7 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		hits = 1
 	}
 	reqs := make([]limiter.Request, len(req.GetDescriptors()))
+	classes := len(s.l.Policy().Priorities) > 0
 	own := make([]*Limit, len(reqs)) // each descriptor's own limit, if any
 	zero := false                    // one of them is 0 per unit: refused, nothing taken
 	for i, d := range req.GetDescriptors() {
@@ -58,10 +67,14 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 			return nil, err
 		}
 		desc := map[string]string{"domain": req.GetDomain()}
+		lr := limiter.Request{Descriptors: desc, Cost: hits}
 		for _, e := range d.GetEntries() {
+			if e.GetKey() == PriorityEntry && classes {
+				lr.Priority = e.GetValue() // (the class, never part of a key)
+				continue
+			}
 			desc[e.GetKey()] = e.GetValue()
 		}
-		lr := limiter.Request{Descriptors: desc, Cost: hits}
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
 				return nil, grpcError(answer.Errorf(answer.BadRequest, "descriptor %d: hits_addend %d too large", i, h.GetValue()))

@@ -90,6 +90,13 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 			refs[r] = append(refs[r], j)
 		}
 	}
+	if c.classified(reqs) { // (one class for the call: its reserve on every item)
+		cls, err := c.callClass(reqs)
+		if err != nil {
+			return ManyResult{}, err
+		}
+		setClass(cls, &out, items, shadow)
+	}
 	if denied { // (a deny refuses every request: the others take nothing)
 		for j := range items {
 			items[j].Cost = 0

@@ -5,8 +5,10 @@
 package limiter
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -30,4 +32,59 @@ func (c *compiled) classify(req *Request, items []store.Item, res *Result) error
 		res.Limits[i].Priority = cls.Name
 	}
 	return nil
+}
+
+// ErrMixedPriorities is matched by the error of a CheckMany whose requests
+// name different classes: a call is decided as one request, under one
+// class.
+var ErrMixedPriorities = errors.New("limiter: the requests of one call name different priority classes")
+
+// callClass is the class of a CheckMany call: every request's class
+// (Request.Priority, else the default) must be the same.
+func (c *compiled) callClass(reqs []Request) (policy.Priority, error) {
+	var cls policy.Priority
+	for i := range reqs {
+		k, err := c.p.Priority(reqs[i].Priority)
+		if err != nil {
+			return cls, fmt.Errorf("limiter: %w", err)
+		}
+		if i > 0 && k.Name != cls.Name {
+			return cls, fmt.Errorf("%w (%q and %q)", ErrMixedPriorities, cls.Name, k.Name)
+		}
+		cls = k
+	}
+	return cls, nil
+}
+
+// classified reports whether any request names a class or the policy has
+// a default one (else a check has no class: no work).
+func (c *compiled) classified(reqs []Request) bool {
+	if c.p.DefaultPriority != "" {
+		return true
+	}
+	for i := range reqs {
+		if reqs[i].Priority != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// setClass records class cls in a CheckMany's results and sets its
+// reserve on the call's items.
+func setClass(cls policy.Priority, out *ManyResult, items ...[]store.Item) {
+	for r := range out.Results {
+		out.Results[r].Priority = cls.Name
+		for k := range out.Results[r].Limits {
+			out.Results[r].Limits[k].Priority = cls.Name
+		}
+	}
+	if cls.Reserve == 0 {
+		return
+	}
+	for _, its := range items {
+		for j := range its {
+			its[j].Reserve = cls.Reserve
+		}
+	}
 }

@@ -58,6 +58,8 @@ func Classify(err error) Problem {
 		return New(NoLimitApplies, plain(err))
 	case errors.Is(err, policy.ErrUnknownPriority):
 		return New(UnknownPriority, plain(err))
+	case errors.Is(err, limiter.ErrMixedPriorities):
+		return New(BadRequest, plain(err))
 	case errors.As(err, &ue):
 		p := New(UnknownLimit, plain(err))
 		p.Limit = ue.Name
