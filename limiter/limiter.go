@@ -98,6 +98,7 @@ type compiled struct {
 	conc   []bool
 	// counters per limit, [admitted, rejected, shadow_rejected][original, retry]
 	counters [][3][2]prometheus.Counter
+	classCtr [][][3][2]prometheus.Counter // the same per priority class (classMetrics)
 	near     []prometheus.Counter
 	// per limit: whether it is in shadow mode; and whether any is
 	shadow    []bool
@@ -116,6 +117,7 @@ type compiled struct {
 
 type metrics struct {
 	decisions *prometheus.CounterVec
+	classed   bool // decisions has the priority label (decisionLabels)
 	latency   prometheus.Histogram
 	errors    prometheus.Counter
 	waits     *prometheus.CounterVec // booked waits, per limit
@@ -152,7 +154,8 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
 			Help: "Admission decisions per limit, by result (admitted/rejected) and attempt (original/retry).",
-		}, []string{"limit", "result", "attempt"}),
+		}, decisionLabels(p)),
+		classed: len(p.Priorities) > 0,
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_check_duration_seconds",
 			Help:    "Time to decide one Check, store round trip included.",
@@ -233,9 +236,10 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		l.m.refill.WithLabelValues(lim.Name).Set(c.status[i].RefillPerSecond)
 		for r, result := range decisionResults {
 			for a, attempt := range attempts {
-				c.counters[i][r][a] = l.m.decisions.WithLabelValues(lim.Name, result, attempt)
+				c.counters[i][r][a] = l.decisionCounter(lim.Name, result, attempt, "")
 			}
 		}
+		l.classMetrics(c, i, lim.Name)
 		if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
 			c.specs[i], c.prefix[i] = old.specs[j], old.prefix[j]
 		} else {

@@ -95,7 +95,7 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		if err != nil {
 			return ManyResult{}, err
 		}
-		setClass(cls, &out, items, shadow)
+		c.setClass(cls, &out, items, shadow)
 	}
 	if denied { // (a deny refuses every request: the others take nothing)
 		for j := range items {

@@ -81,6 +81,10 @@ func (l *Limiter) observe(ctx context.Context, c *compiled, which []int, res *Re
 	if req.Retry {
 		attempt = byRetry
 	}
+	ctrs := c.counters
+	if res.class > 0 { // a priority class's own counters
+		ctrs = c.classCtr[res.class-1]
+	}
 	for j := range res.Limits {
 		st := &res.Limits[j]
 		result := byAdmitted
@@ -89,7 +93,7 @@ func (l *Limiter) observe(ctx context.Context, c *compiled, which []int, res *Re
 		} else if !st.Allowed {
 			result = byRejected
 		}
-		c.counters[which[j]][result][attempt].Inc()
+		ctrs[which[j]][result][attempt].Inc()
 		if st.Override != nil {
 			ov := result
 			if st.Denied && !st.ShadowRefused {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -21,7 +23,7 @@ func (c *compiled) classify(req *Request, items []store.Item, res *Result) error
 	if err != nil {
 		return fmt.Errorf("limiter: %w", err)
 	}
-	res.Priority = cls.Name
+	res.Priority, res.class = cls.Name, c.classIndex(cls.Name)
 	req.MaxWait = cls.MaxWait(req.MaxWait)
 	if cls.Reserve != 0 {
 		for j := range items {
@@ -72,9 +74,9 @@ func (c *compiled) classified(reqs []Request) bool {
 
 // setClass records class cls in a CheckMany's results and sets its
 // reserve on the call's items.
-func setClass(cls policy.Priority, out *ManyResult, items ...[]store.Item) {
+func (c *compiled) setClass(cls policy.Priority, out *ManyResult, items ...[]store.Item) {
 	for r := range out.Results {
-		out.Results[r].Priority = cls.Name
+		out.Results[r].Priority, out.Results[r].class = cls.Name, c.classIndex(cls.Name)
 		for k := range out.Results[r].Limits {
 			out.Results[r].Limits[k].Priority = cls.Name
 		}
@@ -87,4 +89,62 @@ func setClass(cls policy.Priority, out *ManyResult, items ...[]store.Item) {
 			its[j].Reserve = cls.Reserve
 		}
 	}
+}
+
+// decisionLabels are sluice_decisions_total's labels: limit, result and
+// attempt, and priority when the limiter starts with a policy that has
+// priorities (its value the request's class, "" for none). A policy
+// without them keeps the series as they were before classes; a reload
+// that adds classes to a limiter started without counts their decisions
+// without the label (the series' labels are fixed when the limiter is
+// made).
+func decisionLabels(p *policy.Policy) []string {
+	if len(p.Priorities) > 0 {
+		return []string{"limit", "result", "attempt", "priority"}
+	}
+	return []string{"limit", "result", "attempt"}
+}
+
+// decisionCounter is sluice_decisions_total's series for a limit, result,
+// attempt and class.
+func (l *Limiter) decisionCounter(limit, result, attempt, class string) prometheus.Counter {
+	if l.m.classed {
+		return l.m.decisions.WithLabelValues(limit, result, attempt, class)
+	}
+	return l.m.decisions.WithLabelValues(limit, result, attempt)
+}
+
+// classMetrics makes limit i's counters of each of c's classes, when the
+// decisions are counted by class.
+func (l *Limiter) classMetrics(c *compiled, i int, name string) {
+	if !l.m.classed || len(c.p.Priorities) == 0 {
+		return
+	}
+	if c.classCtr == nil {
+		c.classCtr = make([][][3][2]prometheus.Counter, len(c.p.Priorities))
+		for k := range c.classCtr {
+			c.classCtr[k] = make([][3][2]prometheus.Counter, len(c.p.Limits))
+		}
+	}
+	for k, cls := range c.p.Priorities {
+		for r, result := range decisionResults {
+			for a, attempt := range attempts {
+				c.classCtr[k][i][r][a] = l.decisionCounter(name, result, attempt, cls.Name)
+			}
+		}
+	}
+}
+
+// classIndex is 1 + the index of class name in c's classes when its
+// decisions are counted by class, else 0 (counted as no class).
+func (c *compiled) classIndex(name string) int {
+	if c.classCtr == nil {
+		return 0
+	}
+	for k := range c.p.Priorities {
+		if c.p.Priorities[k].Name == name {
+			return k + 1
+		}
+	}
+	return 0
 }

@@ -3,8 +3,13 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
@@ -86,5 +91,61 @@ func TestPriorityClasses(t *testing.T) {
 	var ue *policy.UnknownPriorityError
 	if !errors.Is(err, policy.ErrUnknownPriority) || !errors.As(err, &ue) || ue.Name != "bulk" {
 		t.Fatalf("unknown class: %v", err)
+	}
+}
+
+// sluice_decisions_total counts a class's decisions under its priority
+// label ("" for a request with no class); a policy without classes keeps
+// the series' labels as they were.
+func TestPriorityMetrics(t *testing.T) {
+	c := sluice.NewManualClock(storetest.Epoch)
+	reg := prometheus.NewRegistry()
+	src := strings.Replace(classesSrc, "default_priority: standard\n", "", 1)
+	l := limiterOver(t, src, memstore.New(memstore.WithClock(c)), limiter.WithRegisterer(reg))
+	ctx := context.Background()
+	for _, class := range []string{"batch", "batch", "", "interactive"} {
+		if _, err := l.Check(ctx, limiter.Request{Descriptors: map[string]string{}, Cost: 1, Priority: class}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b strings.Builder
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_decisions_total" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			lab := map[string]string{}
+			for _, p := range m.Label {
+				lab[p.GetName()] = p.GetValue()
+			}
+			if m.Counter.GetValue() > 0 {
+				fmt.Fprintf(&b, "%s/%s/%s/%q=%v ", lab["limit"], lab["result"], lab["attempt"], lab["priority"], m.Counter.GetValue())
+			}
+		}
+	}
+	if got, want := b.String(), `api/admitted/original/""=1 api/admitted/original/"batch"=2 api/admitted/original/"interactive"=1 `; got != want {
+		t.Errorf("series %s, want %s", got, want)
+	}
+	reg2 := prometheus.NewRegistry()
+	plain := limiterOver(t, "limits:\n  - name: api\n    key: global\n    capacity: 10\n    refill_per_second: 1\n", memstore.New(memstore.WithClock(c)), limiter.WithRegisterer(reg2))
+	if _, err := plain.Check(ctx, limiter.Request{Descriptors: map[string]string{}, Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg2, "sluice_decisions_total"); err != nil || n != 6 {
+		t.Errorf("no classes: %d series, %v", n, err)
+	}
+	want := "# HELP sluice_decisions_total Admission decisions per limit, by result (admitted/rejected) and attempt (original/retry).\n# TYPE sluice_decisions_total counter\n"
+	for _, r := range []string{"admitted", "rejected", "shadow_rejected"} {
+		for _, a := range []string{"original", "retry"} {
+			v := 0
+			if r == "admitted" && a == "original" {
+				v = 1
+			}
+			want += fmt.Sprintf("sluice_decisions_total{attempt=%q,limit=\"api\",result=%q} %d\n", a, r, v)
+		}
+	}
+	if err := testutil.GatherAndCompare(reg2, strings.NewReader(want), "sluice_decisions_total"); err != nil {
+		t.Errorf("no classes: the series as before: %v", err)
 	}
 }

@@ -201,6 +201,7 @@ type Result struct {
 	Priority string
 
 	scratch *scratch // CheckInto's working space
+	class   int      // 1 + the index of Priority in the policy's classes, when counted by it (classMetrics)
 }
 
 // ErrUnknownLimit is matched by an *UnknownLimitError.
