@@ -31,6 +31,11 @@ func (ratelimitCmd) Run(e *env) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if c.OTel {
+		if err := setRLTracingEnv(); err != nil {
+			return usageError{err}
+		}
+	}
 	return c.Run(e)
 }
 
@@ -180,7 +185,14 @@ func ratelimitServe(getenv func(string) string) (serveCmd, error) {
 	r.refuseTrue("LIMIT_RESPONSE_HEADERS_ENABLED", "sluice answers the IETF RateLimit and RateLimit-Policy headers instead of RateLimit-Limit/-Remaining/-Reset")
 	r.refuseTrue("RESPONSE_DYNAMIC_METADATA", "sluice returns no dynamic metadata")
 	r.refuseTrue("MERGE_DOMAIN_CONFIG", "sluice refuses a domain defined in two files")
-	r.refuseTrue("TRACING_ENABLED", "sluice ratelimit exports no traces")
+	// TRACING_ENABLED: the reference's OTLP traces are serve's --otel, its
+	// TRACING_* variables read as OTEL_* ones (ratelimit_tracing.go).
+	if r.boolean("TRACING_ENABLED", false) {
+		if _, err := rlTracingEnv(r.get); err != nil {
+			r.errs = append(r.errs, err)
+		}
+		arg("otel", "true")
+	}
 	r.refuseTrue("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "sluice never counts a refused request (this is always so)")
 	// The reference's local cache of over-limit keys is sluice's refusal
 	// cache (--refusal-cache): off unless LOCAL_CACHE_SIZE_IN_BYTES > 0,
