@@ -9,7 +9,11 @@
 //   - adaptive: the gate with Adaptive{Min, Max, Decrease, Increase,
 //     Cooldown}: its ceiling, kept in Redis, is lowered by every worker's
 //     429 (once per cooldown for the fleet) and climbs back together;
-//   - fixed: the same gate at Max without Adaptive, for comparison.
+//   - fixed: the same gate at Max without Adaptive, for comparison;
+//   - service: Python worker processes (worker.py, the client of
+//     clients/python) checking a real sluice serve on the same Redis whose
+//     limit is adaptive with the same parameters, each 429 reported with
+//     report_response (POST /v1/feedback "overloaded").
 //
 // For each row it reports the share of calls answered 429, the share of the
 // provider's capacity used once converged (from -settle seconds after the
@@ -19,7 +23,10 @@
 // answered 200 are at least 85 % of the new capacity (a rise), or hold at
 // most 3 % 429s (a fall).
 //
-//	cd bench && GOWORK=off go run ./adaptive [-seconds 40] [-workers 4] [-before 100] [-after 150]
+//	cd bench && GOWORK=off go run ./adaptive [-seconds 40] [-workers 4] [-before 100] [-after 150] [-rows adaptive,fixed,service]
+//
+// The service row needs python3 and builds sluice unless $SLUICE_BIN
+// names it.
 //
 // It starts a redis-server of its own on a free loopback port (or uses
 // -redis host:port) and stops it.
@@ -69,6 +76,7 @@ type Config struct {
 	Follow        float64 // seconds from the change not counted as converged
 	Latency       time.Duration
 	Redis         string
+	Rows          []string // of "adaptive" (Go gates), "fixed" (Go gates without Adaptive), "service" (Python clients of sluice serve)
 }
 
 // Row is one row's figures.
@@ -98,7 +106,9 @@ func main() {
 	flag.Float64Var(&cfg.Before, "before", cfg.Before, "the provider's capacity (requests per second) before the change")
 	flag.Float64Var(&cfg.After, "after", cfg.After, "and after it")
 	flag.StringVar(&cfg.Redis, "redis", "", "host:port of a Redis to share through (default: start one)")
+	names := flag.String("rows", strings.Join(cfg.Rows, ","), "rows to run: adaptive, fixed, service")
 	flag.Parse()
+	cfg.Rows = strings.Split(*names, ",")
 	rows, err := Run(cfg)
 	if err != nil {
 		log.Fatal(err)
@@ -109,10 +119,11 @@ func main() {
 // Defaults are the run BENCHMARKS.md reports (but its length).
 func Defaults() Config {
 	return Config{Seconds: 40, Workers: 4, Concurrency: 8, Before: 100, After: 150, Max: 200, Min: 5,
-		Decrease: 0.8, Increase: 8, Cooldown: time.Second, Settle: 6, Follow: 10, Latency: 5 * time.Millisecond}
+		Decrease: 0.8, Increase: 8, Cooldown: time.Second, Settle: 6, Follow: 10, Latency: 5 * time.Millisecond,
+		Rows: []string{"adaptive", "fixed", "service"}}
 }
 
-// Run runs the rows adaptive and fixed.
+// Run runs cfg.Rows.
 func Run(cfg Config) ([]Row, error) {
 	addr := cfg.Redis
 	if addr == "" {
@@ -128,7 +139,7 @@ func Run(cfg Config) ([]Row, error) {
 		return nil, err
 	}
 	var rows []Row
-	for i, name := range []string{"adaptive", "fixed"} {
+	for i, name := range cfg.Rows {
 		secs := cfg.Seconds
 		if name == "fixed" && cfg.FixedSeconds > 0 {
 			secs = cfg.FixedSeconds
@@ -199,14 +210,26 @@ func runRow(cfg Config, exe, redisAddr, name string, secs float64, prefix string
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.Workers)
 	var started atomic.Int64
+	var service *sluiceServe
+	if name == "service" {
+		var err error
+		if service, err = startService(cfg, redisAddr, prefix); err != nil {
+			return Row{}, err
+		}
+		defer service.stop()
+	}
 	for w := range cfg.Workers {
-		args := []string{"-provider", "http://" + ln.Addr().String(), "-redis", redisAddr, "-prefix", prefix,
-			"-adaptive=" + fmt.Sprint(name == "adaptive"), "-seconds", fmt.Sprint(secs),
-			"-concurrency", fmt.Sprint(cfg.Concurrency), "-max", fmt.Sprint(cfg.Max), "-min", fmt.Sprint(cfg.Min),
-			"-decrease", fmt.Sprint(cfg.Decrease), "-increase", fmt.Sprint(cfg.Increase), "-cooldown", cfg.Cooldown.String()}
-		wg.Go(func() {
-			cmd := exec.Command(exe, args...)
+		var cmd *exec.Cmd
+		if service != nil {
+			cmd = service.worker(cfg, "http://"+ln.Addr().String(), secs)
+		} else {
+			cmd = exec.Command(exe, "-provider", "http://"+ln.Addr().String(), "-redis", redisAddr, "-prefix", prefix,
+				"-adaptive="+fmt.Sprint(name == "adaptive"), "-seconds", fmt.Sprint(secs),
+				"-concurrency", fmt.Sprint(cfg.Concurrency), "-max", fmt.Sprint(cfg.Max), "-min", fmt.Sprint(cfg.Min),
+				"-decrease", fmt.Sprint(cfg.Decrease), "-increase", fmt.Sprint(cfg.Increase), "-cooldown", cfg.Cooldown.String())
 			cmd.Env = append(os.Environ(), workerEnv+"=1")
+		}
+		wg.Go(func() {
 			var out, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &stderr
 			started.Add(1)
