@@ -106,6 +106,9 @@ type LimitStatus struct {
 	// Denied marks a refusal by an override with deny: true (Allowed is
 	// false whatever the limit's state; retrying is useless).
 	Denied bool `json:"denied,omitempty"`
+	// NearLimit marks a limit whose use has reached its lowest alert
+	// below 1 (policy alerts; set by the service, which fires them).
+	NearLimit bool `json:"near_limit,omitempty"`
 	// Priority is the request's priority class (Result.Priority), when it
 	// has one: its TokensRemaining is what the class may still take.
 	Priority   string        `json:"priority,omitempty"`

@@ -217,6 +217,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, req *CheckReques
 	}
 	res, err := s.cfg.Limiter.Check(r.Context(), lr)
 	s.spentCheck(&lr, &res)
+	if err == nil {
+		s.alerts.observe(s.cfg.Limiter.Policy(), &res) // (near_limit, and the alerts crossed: queued, never waited for)
+	}
 	s.traceDecision(r.Context(), lr, res, err)
 	if err != nil {
 		p := answer.Classify(err)

@@ -130,6 +130,9 @@ type Config struct {
 	// instances. Instance names this instance in its records.
 	Audit    AuditStore
 	Instance string
+	// Alerts configures the alerts of limits that declare them: their
+	// claims across instances and their webhook (server/alerts.go).
+	Alerts AlertConfig
 	// Tracer, when set, makes a span of each /v1/check, /v1/settle and
 	// /v1/auth request (a child of its traceparent), with the decision's
 	// sluice.* attributes (server/trace.go); nil traces nothing and costs
@@ -185,6 +188,7 @@ type Server struct {
 	ovMu       sync.Mutex
 	auditStore AuditStore
 	spend      spendCounter // each usd limit's spend through this instance (server/spend.go)
+	alerts     *alerter     // server/alerts.go
 }
 
 // New returns a server for cfg.
@@ -217,6 +221,10 @@ func New(cfg Config) (*Server, error) {
 	if s.book == nil {
 		s.book = book.NewMemory(book.Config{IdempotencyWindow: cfg.IdempotencyWindow, MaxAnswers: cfg.IdempotencyKeys,
 			ReceiptWindow: cfg.ReceiptWindow, MaxReceipts: cfg.MaxReceipts}, nil)
+	}
+	var err error
+	if s.alerts, err = newAlerter(cfg.Alerts, cfg.Logger, cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
