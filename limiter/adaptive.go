@@ -7,6 +7,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,7 @@ type adaptiveLimit struct {
 	specs        map[int64]*store.Spec
 	known        sync.Map // store key → int64 level, as last read
 	nknown       atomic.Int64
+	last         atomic.Uint64 // the ceiling last read, of any key (math.Float64bits; 0: none)
 }
 
 // maxKnown bounds the levels a limit remembers (beyond it they are read
@@ -92,6 +94,7 @@ func (a *adaptiveLimit) level(key string) int64 {
 
 // note records key's level.
 func (a *adaptiveLimit) note(key string, level int64) {
+	a.last.Store(math.Float64bits(a.rate(level)))
 	if _, loaded := a.known.Swap(key, level); !loaded && a.nknown.Add(1) > maxKnown {
 		a.known.Clear()
 		a.nknown.Store(0)

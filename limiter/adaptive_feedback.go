@@ -6,6 +6,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/sluicehq/sluice/store"
@@ -22,6 +23,20 @@ type FeedbackStatus struct {
 	AdaptiveRefill  float64 `json:"adaptive_refill_per_second"`
 	RefillPerSecond float64 `json:"refill_per_second"`
 	MinRefill       float64 `json:"min_refill_per_second"`
+}
+
+// AdaptiveRefill reports, for the adaptive limit named name, the ceiling
+// this limiter last read or set for any of its keys (a check's or a
+// feedback's); false for a limit that is not adaptive or when none was
+// read yet.
+func (l *Limiter) AdaptiveRefill(name string) (float64, bool) {
+	c := l.compiled.Load()
+	i := c.index(name)
+	if i < 0 || c.adapt == nil || c.adapt[i] == nil {
+		return 0, false
+	}
+	b := c.adapt[i].last.Load()
+	return math.Float64frombits(b), b != 0
 }
 
 // Feedback tells the adaptive limits (policy.Limit.Adaptive) that apply to

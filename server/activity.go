@@ -128,6 +128,9 @@ type LimitStats struct {
 	Unit          string `json:"unit,omitempty"`
 	SpentMicroUSD *int64 `json:"spent_micro_usd,omitempty"`
 	SpentUSD      string `json:"spent_usd,omitempty"`
+	// AdaptiveRefill is, for an adaptive limit, the ceiling this instance
+	// last decided one of its keys under or set by feedback.
+	AdaptiveRefill *float64 `json:"adaptive_refill_per_second,omitempty"`
 }
 
 // stats serves GET /v1/stats.
@@ -159,6 +162,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			n := s.spend.get(l.Name)
 			last := &ans.Limits[len(ans.Limits)-1]
 			last.SpentMicroUSD, last.SpentUSD = &n, policy.FormatMicroUSD(n)
+		}
+		if r, ok := s.cfg.Limiter.AdaptiveRefill(l.Name); ok {
+			ans.Limits[len(ans.Limits)-1].AdaptiveRefill = &r
 		}
 	}
 	writeJSON(w, http.StatusOK, ans)

@@ -66,6 +66,17 @@ func TestFeedback(t *testing.T) {
 	if r, _ := st0["adaptive_refill_per_second"].(float64); r < 50 || r > 51 {
 		t.Fatalf("the other instance's status shows the ceiling: %v", st0)
 	}
+	{
+		_, body := get(t, b.URL+"/v1/stats")
+		var m map[string]any
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			t.Fatal(err)
+		}
+		l0 := m["limits"].([]any)[0].(map[string]any)
+		if r, _ := l0["adaptive_refill_per_second"].(float64); r < 50 || r > 51 {
+			t.Fatalf("/v1/stats shows the ceiling: %v", l0)
+		}
+	}
 	for _, tc := range []struct{ body, code string }{
 		{`{"descriptors": {"api_key": "k"}, "outcome": "slow"}`, "bad_request"},
 		{`{"descriptors": {"api_key": "k"}, "outcome": "ok", "limits": ["nope"]}`, "unknown_limit"},
