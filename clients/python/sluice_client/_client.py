@@ -101,6 +101,7 @@ class Decision:
     limits: List[Limit] = field(default_factory=list)
     wait: Optional[float] = None
     denied: bool = False
+    priority: Optional[str] = None  # the request's priority class, when it has one
 
     @staticmethod
     def _of(body: Mapping[str, Any]) -> "Decision":
@@ -116,7 +117,7 @@ class Decision:
         wait = body.get("wait_ms")
         return Decision(allowed=bool(body.get("allowed")), retry_after=int(body.get("retry_after_ms", 0)) / 1000,
                         lease=body.get("lease") or None, limits=limits, wait=None if wait is None else int(wait) / 1000,
-                        denied=body.get("code") == "denied")
+                        denied=body.get("code") == "denied", priority=body.get("priority") or None)
 
 
 def _ms(seconds: Optional[float], what: str) -> Optional[int]:
@@ -144,7 +145,7 @@ def _descriptors(descriptors: Any) -> Dict[str, str]:
     return out
 
 
-def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping[str, int]], max_wait: Optional[float], reserve: bool, usage_estimate: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping[str, int]], max_wait: Optional[float], reserve: bool, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> Dict[str, Any]:
     b: Dict[str, Any] = {"descriptors": _descriptors(descriptors), **usage_fields("usage_estimate", usage_estimate)}
     if cost is not None:
         b["cost"] = _cost(cost, "cost")
@@ -155,6 +156,10 @@ def _body(descriptors: Descriptors, cost: Optional[int], costs: Optional[Mapping
         b["max_wait_ms"] = mw
     if reserve:
         b["reserve"] = True
+    if priority is not None:
+        if not isinstance(priority, str) or not priority:
+            raise ValueError(f"priority must be a class name, not {priority!r}")
+        b["priority"] = priority
     return b
 
 
@@ -301,16 +306,17 @@ class Client(_Overrides):
     # -- the calls --------------------------------------------------------
 
     def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-              max_wait: Optional[float] = None, usage_estimate: Optional[Mapping[str, Any]] = None) -> Decision:
+              max_wait: Optional[float] = None, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> Decision:
         """Admit one request (``cost`` for every limit, ``costs`` per limit
         name, ``usage_estimate={"model", "input_tokens", "max_output_tokens"}``
         its spend and tokens), waiting in the limits' line up to ``max_wait``
-        seconds. A refusal is a Decision with ``allowed`` False (``denied`` True for a deny override)."""
-        _, body = self._post("/v1/check", _body(descriptors, cost, costs, max_wait, False, usage_estimate), wait=max_wait or 0.0, ok_statuses=(200, 429, 403))
+        seconds, as priority class ``priority`` (the policy's ``priorities``;
+        None: its default). A refusal is a Decision with ``allowed`` False (``denied`` True for a deny override)."""
+        _, body = self._post("/v1/check", _body(descriptors, cost, costs, max_wait, False, usage_estimate, priority), wait=max_wait or 0.0, ok_statuses=(200, 429, 403))
         return Decision._of(body)
 
     def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> "Reservation":
+                max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> "Reservation":
         """Book a place in the limits' line without holding a connection:
         the Reservation says after how many seconds (``wait``) it may act.
         Raises ``RateLimited`` when the wait would exceed ``max_wait``
@@ -318,7 +324,7 @@ class Client(_Overrides):
         refused it."""
         if max_wait is None:
             raise ValueError("reserve needs max_wait (seconds)")
-        body = _body(descriptors, cost, costs, max_wait, True, usage_estimate)
+        body = _body(descriptors, cost, costs, max_wait, True, usage_estimate, priority)
         status, ans = self._post("/v1/check", body, ok_statuses=(200, 429, 403))
         d = Decision._of(ans)
         if d.denied:
@@ -562,15 +568,15 @@ class AsyncClient(_AsyncOverrides):
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
     async def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                    max_wait: Optional[float] = None, usage_estimate: Optional[Mapping[str, Any]] = None) -> Decision:
+                    max_wait: Optional[float] = None, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> Decision:
         """Client.check."""
-        return await self._run(self._c.check, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate)
+        return await self._run(self._c.check, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority)
 
     async def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> "AsyncReservation":
+                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> "AsyncReservation":
         """Client.reserve. A task cancelled while the booking is on its way
         cancels the booking once it arrives."""
-        fut = asyncio.ensure_future(self._run(self._c.reserve, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate))
+        fut = asyncio.ensure_future(self._run(self._c.reserve, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority))
         try:
             r = await asyncio.shield(fut)
         except asyncio.CancelledError:

@@ -1,0 +1,58 @@
+"""Priority classes against a real ``sluice serve``: ``priority=`` names
+the request's class (docs/behaviour.md section 7)."""
+
+from __future__ import annotations
+
+import time
+import unittest
+
+from sluice_client import BadRequest, Client
+
+from ._serve import Serve
+
+POLICY = """
+priorities:
+  - name: interactive
+  - name: batch
+    reserve: 0.5
+    max_queue_ms: 0
+limits:
+  - name: api
+    key: "user:{user}"
+    capacity: 10
+    refill_per_second: 0.001
+"""
+
+
+def setUpModule() -> None:
+    global srv
+    srv = Serve(POLICY)
+
+
+def tearDownModule() -> None:
+    srv.stop()
+
+
+class Priority(unittest.TestCase):
+    def test_classes(self) -> None:
+        """batch stops at its half of the bucket; interactive takes the
+        rest; an unknown class is BadRequest unknown_priority."""
+        c = Client(srv.url)
+        u = {"user": f"u{time.monotonic_ns()}"}
+        d = c.check(u, cost=5, priority="batch")
+        self.assertTrue(d.allowed)
+        self.assertEqual(d.priority, "batch")
+        self.assertEqual(d.limits[0].tokens_remaining, 0)
+        self.assertFalse(c.check(u, cost=1, priority="batch").allowed)
+        d = c.check(u, cost=5, priority="interactive")
+        self.assertTrue(d.allowed)
+        self.assertEqual(d.priority, "interactive")
+        with self.assertRaises(BadRequest) as e:
+            c.check(u, cost=1, priority="bulk")
+        self.assertEqual(e.exception.code, "unknown_priority")
+        with self.assertRaises(ValueError):
+            c.check(u, priority="")
+
+
+if __name__ == "__main__":
+    unittest.main()
