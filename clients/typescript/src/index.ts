@@ -64,6 +64,8 @@ export interface Decision {
   lease: string | undefined;
   limits: Limit[];
   wait: number | undefined;
+  /** The request's priority class, when it has one (its own, or the policy's default_priority). */
+  priority?: string;
 }
 
 /** What a request costs: `cost` for every limit, `costs` per limit name, and how long it may wait in line (`maxWait`, seconds). */
@@ -75,6 +77,8 @@ export interface CheckOptions {
   /** A model call's estimate: its spend and tokens reserved on the limits that count them (also `usage_estimate`). */
   usageEstimate?: UsageEstimate;
   usage_estimate?: UsageEstimate;
+  /** The request's priority class (the policy's `priorities`; undefined: its `default_priority`). An unknown class is BadRequestError `unknown_priority`. */
+  priority?: string;
 }
 
 /** CheckOptions with a wait, and an AbortSignal that cancels the wait (and returns the booking). */
@@ -147,6 +151,10 @@ function checkBody(o: CheckOptions, reserve: boolean): Record<string, unknown> {
   if (reserve) b.reserve = true;
   const est = usageBody("usage_estimate", o.usageEstimate ?? o.usage_estimate);
   if (est) b.usage_estimate = est;
+  if (o.priority !== undefined) {
+    if (typeof o.priority !== "string" || o.priority === "") throw new TypeError(`priority must be a class name, not ${JSON.stringify(o.priority)}`);
+    b.priority = o.priority;
+  }
   return b;
 }
 
@@ -157,6 +165,7 @@ function decision(body: any): Decision {
     retryAfter: Number(body?.retry_after_ms ?? 0) / 1000,
     lease: body?.lease || undefined,
     wait: body?.wait_ms === undefined ? undefined : Number(body.wait_ms) / 1000,
+    ...(body?.priority ? { priority: String(body.priority) } : {}),
     limits: (body?.limits ?? []).map((l: any) => ({
       name: String(l.name ?? ""), key: String(l.key ?? ""), algorithm: String(l.algorithm ?? ""), capacity: Number(l.capacity ?? 0),
       refillPerSecond: Number(l.refill_per_second ?? 0), tokensRemaining: Number(l.tokens_remaining ?? 0), tokenCost: Number(l.token_cost ?? 0),
