@@ -248,11 +248,6 @@ step "benchmarks compile and run once (bench/)"
 debs_ready
 (cd bench && GOWORK=off go test -count=1 -run '^$' -bench . -benchtime 1x ./... >/dev/null)
 
-# Issue 15's proof, short: worker processes sharing one provider budget
-# through a real Redis (BENCHMARKS.md "One provider budget" has the 20 s run).
-step "shared provider budget across worker processes (bench/llmproof)"
-(cd bench && GOWORK=off go test -count=1 -run TestProof ./llmproof/)
-
 # The clients, against a real sluice serve their tests start: the binary
 # built once here, for them and for cmd/sluice's tests (SLUICE_BIN). The
 # TypeScript build (npm ci: typescript, pinned in package-lock.json) also
@@ -271,6 +266,15 @@ echo "image: $SLUICE_IMAGE ($(podman_ image inspect --format '{{.Size}}' "$SLUIC
 python3 -m venv "$clientdir/venv"
 "$clientdir/venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
 "$clientdir/venv/bin/python" -c 'import sluice_client; print("pip install ./clients/python: sluice_client", sluice_client.__version__)'
+
+# Issue 15's proof, short: worker processes sharing one provider budget
+# through a real Redis (BENCHMARKS.md "One provider budget" has the 20 s
+# run); issue 29's: workers converging on a provider's hidden capacity
+# through an adaptive ceiling, as Go gates and through sluice serve
+# (BENCHMARKS.md "Ceilings that learn" has the 60 s runs). After the
+# clients step: they run its sluice binary..
+step "shared provider budget and adaptive ceilings across worker processes (bench/llmproof, bench/adaptive)"
+(cd bench && SLUICE_BIN="$clientdir/sluice" GOWORK=off go test -count=1 -run 'TestProof' ./llmproof/ ./adaptive/)
 
 step "/metrics passes promtool check metrics"
 cat > "$clientdir/policy.yaml" <<'EOF'
