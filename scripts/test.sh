@@ -272,7 +272,7 @@ python3 -m venv "$clientdir/venv"
 # run); issue 29's: workers converging on a provider's hidden capacity
 # through an adaptive ceiling, as Go gates and through sluice serve
 # (BENCHMARKS.md "Ceilings that learn" has the 60 s runs). After the
-# clients step: they run its sluice binary..
+# clients step: they run its sluice binary.
 step "shared provider budget and adaptive ceilings across worker processes (bench/llmproof, bench/adaptive)"
 (cd bench && SLUICE_BIN="$clientdir/sluice" GOWORK=off go test -count=1 -run 'TestProof' ./llmproof/ ./adaptive/)
 
