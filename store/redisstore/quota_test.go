@@ -68,15 +68,17 @@ func TestQuotaIdenticalToMemstore(t *testing.T) {
 				}
 			}()
 			last := map[string]int64{}
+			classes := rand.New(rand.NewPCG(14, uint64(t0.Unix()))) // priority classes' reserves (a stream of their own)
 			for step := range 1500 {
 				clock.Advance(steps[rng.IntN(len(steps))] + time.Duration(rng.Int64N(1000)))
 				var a, b []store.Item
+				reserve := []uint32{0, 0, 0, 250_000, 500_000, 999_999}[classes.IntN(6)]
 				for j, sp := range specs {
 					if rng.IntN(2) != 0 {
 						continue
 					}
 					cost := rng.Int64N(min(sp.Capacity(), 20) + 1)
-					it := store.Item{Key: fmt.Sprint("q", j), Spec: sp, Cost: cost}
+					it := store.Item{Key: fmt.Sprint("q", j), Spec: sp, Cost: cost, Reserve: reserve}
 					a, b = append(a, it), append(b, it)
 				}
 				if len(a) == 0 {
