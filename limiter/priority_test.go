@@ -149,3 +149,38 @@ func TestPriorityMetrics(t *testing.T) {
 		t.Errorf("no classes: the series as before: %v", err)
 	}
 }
+
+// The bound on waiting: standard (max_queue_ms 2000) floods the
+// line at 10x the refill, booking as deep as its class allows, while
+// interactive calls wait in the same line; no interactive call waits more
+// than 2 s + one refill (1/r), however deep standard books.
+func TestPriorityWaitBound(t *testing.T) {
+	c := sluice.NewManualClock(storetest.Epoch)
+	l := limiterOver(t, strings.Replace(classesSrc, "refill_per_second: 1\n", "refill_per_second: 100\n", 1), memstore.New(memstore.WithClock(c)))
+	ctx := context.Background()
+	worst, calls := time.Duration(0), 0
+	for step := range 5000 { // 5 s, a ms each
+		c.Advance(time.Millisecond)
+		res, err := l.Check(ctx, limiter.Request{Descriptors: map[string]string{}, Cost: 1, Priority: "standard", MaxWait: time.Minute, Reserve: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed && res.Wait > 2*time.Second {
+			t.Fatalf("standard booked %v deep, beyond its 2 s", res.Wait)
+		}
+		if step%50 == 0 {
+			res, err := l.Check(ctx, limiter.Request{Descriptors: map[string]string{}, Cost: 1, Priority: "interactive", MaxWait: time.Minute, Reserve: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Allowed {
+				t.Fatalf("interactive refused at %d ms: %+v", step, res)
+			}
+			worst, calls = max(worst, res.Wait), calls+1
+		}
+	}
+	t.Logf("%d interactive calls, the longest wait %v", calls, worst)
+	if worst > 2*time.Second+10*time.Millisecond {
+		t.Errorf("an interactive call waited %v, more than 2 s + one refill (10 ms)", worst)
+	}
+}
