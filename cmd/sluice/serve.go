@@ -72,6 +72,7 @@ type serveCmd struct {
 	overrideFlags      `embed:""`
 	otelFlags          `embed:""`
 	usageFlags         `embed:""`
+	alertFlags         `embed:""`
 
 	rl *rlHooks // what `sluice ratelimit` adds (ratelimit.go); nil for serve
 }
@@ -99,6 +100,9 @@ func (c serveCmd) Validate() error {
 		return err
 	}
 	if err := c.validateUsage(); err != nil {
+		return err
+	}
+	if err := c.validateAlerts(); err != nil {
 		return err
 	}
 	for _, x := range []struct {
@@ -441,6 +445,10 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 	}
 	cfg.Status = s.status(st, shared)
 	s.overrideConfig(&cfg)
+	var err error
+	if cfg.Alerts, err = s.alertConfig(shared); err != nil {
+		return nil, err
+	}
 	if s.p == nil {
 		cfg.EnvoyPolicy = func() any {
 			es := s.envoy.Load()
