@@ -44,3 +44,14 @@ func TestOnceClaim(t *testing.T) {
 		t.Fatalf("after the ttl: %v %v", ok, err)
 	}
 }
+
+// Claim on a Redis Cluster: one winner of two stores' claims.
+func TestOnceClaimCluster(t *testing.T) {
+	p := prefix()
+	a, b := openClusterPrefix(t, p), openClusterPrefix(t, p)
+	okA, errA := a.Claim(context.Background(), "alert:y:1", time.Minute)
+	okB, errB := b.Claim(context.Background(), "alert:y:1", time.Minute)
+	if errA != nil || errB != nil || !okA || okB {
+		t.Fatalf("%v %v, %v %v: want the first claim alone to win", okA, errA, okB, errB)
+	}
+}
