@@ -65,6 +65,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bucket"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/tracing"
 )
@@ -134,6 +135,13 @@ type Config struct {
 	// (gate/trace.go), a child of the context's span or traceparent
 	// (tracing.WithParent); nil traces nothing.
 	Tracer tracing.Tracer
+	// Priorities are the priority classes of a shared gate (Store set),
+	// highest first, with the fields of a policy's priorities: a call of
+	// class c (the Priority option) is admitted or booked only within
+	// each budget cut by c's Reserve, and waits at most c's MaxQueue when
+	// QueueBounded (docs/behaviour.md section 7). A call naming no class
+	// has none (the whole budget). Only with a Store.
+	Priorities []policy.Priority
 	// Store, when set, makes the gate shared: its budgets (Limit and
 	// Dimensions), in-flight slots and pauses live in that store under
 	// Name, so that every gate of that Name on that store, in any process
@@ -173,34 +181,6 @@ type dim struct {
 	b           *bucket.Bucket
 	limit       bucket.Limit
 	pausedUntil atomic.Int64
-}
-
-// Option is an option of one call (Do, Reserve).
-type Option func(*callOpts)
-
-type callOpts struct {
-	charges map[string]int64
-	attempt int
-}
-
-// RetryAttempt labels a Reserve as attempt n of a call (2 for its first
-// retry), counted and reported as a retry (see BeforeRetry); n <= 1 is the
-// original call.
-func RetryAttempt(n int) Option { return func(o *callOpts) { o.attempt = n } }
-
-// Charge charges the call cost in the gate's dimension name (a
-// Config.Dimensions name): g.Do(ctx, 1, fn, gate.Charge("tokens", 1200)).
-// A dimension without a Charge is charged 0. An unknown name, a negative
-// cost or one above the dimension's capacity refuses the call
-// (sluice.ErrInvalidCost, sluice.ErrCostExceedsCapacity), consuming
-// nothing.
-func Charge(name string, cost int64) Option {
-	return func(o *callOpts) {
-		if o.charges == nil {
-			o.charges = map[string]int64{}
-		}
-		o.charges[name] = cost
-	}
 }
 
 // Gate admits calls; see the package documentation. It is safe for
@@ -247,6 +227,9 @@ var errNotMade = sluice.Errorf(sluice.ErrInvalidLimit, "gate: not made with gate
 func New(cfg Config) (*Gate, error) {
 	bad := func(format string, args ...any) error {
 		return sluice.Errorf(sluice.ErrInvalidLimit, "gate config: "+format, args...)
+	}
+	if err := checkPriorities(cfg); err != nil {
+		return nil, err
 	}
 	switch {
 	case cfg.MaxInFlight < 0:
@@ -384,6 +367,9 @@ func (g *Gate) countAdmitted(attempt int) {
 // gate's refusal if a retry was refused admission.
 func (g *Gate) Do(ctx context.Context, cost int64, fn func(context.Context) error, opts ...Option) error {
 	ch, err := g.charges(opts, false)
+	if err == nil {
+		ctx, err = g.classed(ctx, opts)
+	}
 	if err != nil {
 		g.reject(err, costReason(err), cost, 1, 0)
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/keyesc"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -165,6 +166,10 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 	sh := g.sh
 	start := time.Now()
 	limit := start.Add(min(g.budget(ctx, start), MaxSharedWait))
+	cls, _ := ctx.Value(classKey{}).(policy.Priority) // (Priority: the call's class)
+	if q := start.Add(cls.MaxQueue); cls.QueueBounded && q.Before(limit) {
+		limit = q
+	}
 	queued := false // holds one of this process's MaxQueue places
 	defer func() {
 		if queued {
@@ -181,6 +186,9 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 			queued = sh.enter(g.cfg.MaxQueue)
 		}
 		items, at := sh.items(cost, ch, queued, limit)
+		for i := range items { // (the class's reserve: the same on every item of the request)
+			items[i].Reserve = cls.Reserve
+		}
 		res, err := sh.st.Take(context.WithoutCancel(ctx), items)
 		answered := time.Now() // (a booked wait counts from the store's answer: store.Item.Wait)
 		switch {

@@ -35,6 +35,9 @@ func (g *Gate) Reserve(ctx context.Context, estimate int64, opts ...Option) (*Ti
 		attempt = max(attempt, o.attempt)
 	}
 	ch, err := g.charges(opts, true)
+	if err == nil {
+		ctx, err = g.classed(ctx, opts)
+	}
 	if err != nil {
 		g.reject(err, costReason(err), estimate, attempt, 0)
 		return nil, err
