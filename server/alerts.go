@@ -162,7 +162,7 @@ func hasAlerts(p *policy.Policy) bool {
 // Unix epoch); a token bucket's time to refill its capacity (aligned
 // alike).
 func periodOf(l *policy.Limit, st *limiter.LimitStatus, now time.Time) (time.Time, time.Duration) {
-	if l.Kind == policy.Quota {
+	if st.Period != "" { // (a calendar quota: its period names it)
 		s, e := l.Quota.Bounds(now.UnixNano())
 		return time.Unix(0, s).UTC(), time.Duration(e - now.UnixNano())
 	}
