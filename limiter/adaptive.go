@@ -58,7 +58,7 @@ const maxKnown = 1 << 16
 func newAdaptives(p *policy.Policy, specs []*store.Spec) ([]*adaptiveLimit, error) {
 	var out []*adaptiveLimit
 	for i, lim := range p.Limits {
-		if lim.Adaptive == nil || specs[i].Kind != store.TokenBucket {
+		if lim.Adaptive == nil || !specs[i].Kind.Adaptable() {
 			continue
 		}
 		if out == nil {
@@ -207,7 +207,7 @@ func (a *adaptiveLimit) owns(sp *store.Spec) bool {
 	if sp == a.base {
 		return true
 	}
-	if sp.Kind != store.TokenBucket {
+	if !sp.Kind.Adaptable() {
 		return false
 	}
 	lvl := int64((sp.Bucket.Limit().Rate-a.a.MinRefill)/a.q + 0.5)

@@ -42,7 +42,7 @@ func (f *limitFields) adaptive(l *Limit) {
 	if n == nil {
 		return
 	}
-	if l.Kind != TokenBucket {
+	if !l.Kind.Adaptable() {
 		f.bad("adaptive", "adaptive applies to a token_bucket limit (its refill_per_second), not a %s", l.Kind)
 		return
 	}

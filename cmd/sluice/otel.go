@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -254,7 +254,7 @@ func (s *otelSpan) AddEvent(name string, attrs ...tracing.Attr) {
 	s.sp.AddEvent(name, trace.WithAttributes(otelAttrs(attrs)...))
 }
 
-func (s *otelSpan) SetError(msg string) { s.sp.SetStatus(codes.Error, msg) }
+func (s *otelSpan) SetError(msg string) { s.sp.SetStatus(otelcodes.Error, msg) }
 
 func (s *otelSpan) IDs() (string, string) {
 	sc := s.sp.SpanContext()

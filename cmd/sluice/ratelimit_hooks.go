@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/internal/answer"
 )
 
 // rlHooks is what `sluice ratelimit` adds to serve (serveCmd.rl).
@@ -55,7 +56,8 @@ func newRLHooks(rs *rlSettings) *rlHooks {
 // service it cannot reach.
 func (h *rlHooks) untilConfigured(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	if strings.HasPrefix(info.FullMethod, "/envoy.service.ratelimit.") && !h.configured() {
-		return nil, grpcstatus.Error(codes.Unavailable, "no rate-limit configuration yet: waiting for the xDS server's first snapshot (FORCE_START_WITHOUT_INITIAL_CONFIG is not true)")
+		p := answer.Errorf(answer.NoPolicy, "no rate-limit configuration yet: waiting for the xDS server's first snapshot (FORCE_START_WITHOUT_INITIAL_CONFIG is not true)")
+		return nil, grpcstatus.Error(codes.Code(p.GRPC), p.Msg)
 	}
 	return next(ctx, req)
 }

@@ -97,7 +97,7 @@ var table = [...]Entry{
 	{RateLimited, 429, 0, "Refused by its limits, in front of an application (the middleware, forward-auth; with `?deny=403` or `?deny=401`, forward-auth answers that status): `retry_after_ms`, `Retry-After` and the RateLimit fields say when to retry. A refused `/v1/check` is a decision (429, `\"allowed\": false`, no code), over gRPC `OVER_LIMIT`; the clients' refusal errors carry this code."},
 	{BadAnswer, 500, 0, "The answer stored for this `request_id` is unreadable."},
 	{BadReceipt, 500, 0, "The receipt stored under this receipt id is unreadable."},
-	{NoPolicy, 503, 0, "`/readyz` with no policy loaded; 404 on the `/v1/` paths of an Envoy-config service (`--envoy-config`), which decides over gRPC only."},
+	{NoPolicy, 503, GRPCUnavailable, "`/readyz` with no policy loaded; 404 on the `/v1/` paths of an Envoy-config service (`--envoy-config`), which decides over gRPC only; over gRPC, `sluice ratelimit` with `CONFIG_TYPE=GRPC_XDS_SOTW` before the xDS server's first snapshot (unless `FORCE_START_WITHOUT_INITIAL_CONFIG=true`)."},
 	{Retry, 503, 0, "The first request with this `request_id` has not finished: retry later."},
 	{StoreError, 503, GRPCUnavailable, "The limit store failed, or answered and refused (a replica, a missing script), for a limit whose `on_store_error` does not answer without it; or the store of `request_id` answers and receipts failed, or the store of the overrides (`/v1/overrides`) did."},
 	{StoreFull, 503, GRPCResourceExhausted, "The key cap (`--max-keys`) is reached with every key held by a live slot, or Redis at `maxmemory` refuses a new key; with `Retry-After` when a slot frees room. Nothing was taken."},
