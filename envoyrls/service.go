@@ -453,3 +453,11 @@ func (c *rlsCall) result(a *applied, st *rls.RateLimitResponse_DescriptorStatus,
 	}
 	return limiter.ResultAdmitted
 }
+
+// NotConfigured is the error a RateLimitService answers while it has no
+// configuration yet (sluice ratelimit waiting for its xDS server's first
+// snapshot): no_policy, gRPC UNAVAILABLE, with why as the message — what
+// Envoy meets as a service it cannot reach (its failure_mode_deny).
+func NotConfigured(why string) error {
+	return grpcError(answer.Errorf(answer.NoPolicy, "%s", why))
+}

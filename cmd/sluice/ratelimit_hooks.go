@@ -22,12 +22,9 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/envoyrls"
-	"github.com/sluicehq/sluice/internal/answer"
 )
 
 // rlHooks is what `sluice ratelimit` adds to serve (serveCmd.rl).
@@ -56,8 +53,7 @@ func newRLHooks(rs *rlSettings) *rlHooks {
 // service it cannot reach.
 func (h *rlHooks) untilConfigured(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	if strings.HasPrefix(info.FullMethod, "/envoy.service.ratelimit.") && !h.configured() {
-		p := answer.Errorf(answer.NoPolicy, "no rate-limit configuration yet: waiting for the xDS server's first snapshot (FORCE_START_WITHOUT_INITIAL_CONFIG is not true)")
-		return nil, grpcstatus.Error(codes.Code(p.GRPC), p.Msg)
+		return nil, envoyrls.NotConfigured("no rate-limit configuration yet: waiting for the xDS server's first snapshot (FORCE_START_WITHOUT_INITIAL_CONFIG is not true)")
 	}
 	return next(ctx, req)
 }
