@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice/store"
 )
 
 // ratelimitCmd runs serve's Envoy mode configured as envoyproxy/ratelimit
@@ -43,6 +46,7 @@ func (ratelimitCmd) Run(e *env) error {
 type rlSettings struct {
 	getenv                             func(string) string
 	xds, force, ignoreDot, healthyOne  bool
+	redisHealth                        bool // REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
 	usePrometheus                      bool
 	promAddr, promPath, debugAddr      string
 	configDir                          string // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY
@@ -178,6 +182,7 @@ func ratelimitServe(getenv func(string) string) (serveCmd, error) {
 	rs.grpcMaxConnAge = r.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
 	rs.grpcMaxConnAgeGrce = r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
 	rs.healthyOne = r.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
+	rs.redisHealth = r.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)
 
 	// Behaviours of the reference that sluice does not have.
 	r.refuseTrue("SHADOW_MODE", "sluice has no global shadow mode in this mode (shadow_mode per descriptor is honoured)")
@@ -209,6 +214,26 @@ func ratelimitServe(getenv func(string) string) (serveCmd, error) {
 		}
 	}
 	arg("refusal-cache", strconv.Itoa(cache))
+	if v := r.get("EXPIRATION_JITTER_MAX_SECONDS"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+			r.errs = append(r.errs, fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS=%q: not a whole number of seconds", v))
+		}
+	}
+	// While Redis cannot be reached the reference fails the call (counted
+	// as redis_error), and Envoy's failure_mode_deny decides: fail_closed
+	// here, the same UNAVAILABLE. SLUICE_ON_STORE_ERROR (and
+	// SLUICE_INSTANCES for local) choose another of serve's modes.
+	mode := r.str("SLUICE_ON_STORE_ERROR", store.FailClosed)
+	if !slices.Contains(store.ErrorModes(), mode) {
+		r.errs = append(r.errs, fmt.Errorf("SLUICE_ON_STORE_ERROR=%q: not %s", mode, strings.Join(store.ErrorModes(), ", ")))
+	}
+	arg("on-store-error", mode)
+	if v := r.get("SLUICE_INSTANCES"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 {
+			r.errs = append(r.errs, fmt.Errorf("SLUICE_INSTANCES=%q: not a whole number of at least 1", v))
+		}
+		arg("instances", v)
+	}
 
 	// Parse serve's flags with serve's own defaults and validation, so
 	// that this mode is serve's Envoy mode and nothing else.

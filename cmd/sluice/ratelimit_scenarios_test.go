@@ -412,6 +412,9 @@ func TestRatelimitEnvErrors(t *testing.T) {
 		{map[string]string{"PROMETHEUS_MAPPER_YAML": foreign}, "PROMETHEUS_MAPPER_YAML"},
 		{map[string]string{"RUNTIME_SUBDIRECTORY": "nothing-here"}, "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "maybe"}, "CONFIG_GRPC_XDS_SERVER_USE_TLS"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "::::"}, "CONFIG_GRPC_XDS_SERVER_URL"},
+		{map[string]string{"EXPIRATION_JITTER_MAX_SECONDS": "abc"}, "EXPIRATION_JITTER_MAX_SECONDS"},
+		{map[string]string{"SLUICE_INSTANCES": "0"}, "SLUICE_INSTANCES"},
 		{map[string]string{"REDIS_URL": "127.0.0.1:1", "REDIS_AUTH": "s3cret", "REDIS_POOL_SIZE": "-1"}, "--store-pool-size"},
 		{map[string]string{"REDIS_URL": "127.0.0.1:1", "REDIS_TIMEOUT": "soon"}, "REDIS_TIMEOUT"},
 	} {

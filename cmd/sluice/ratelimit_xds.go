@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -115,6 +116,12 @@ func xdsOptions(getenv func(string) string) (o xds.Options, force bool, err erro
 		return o, false, err
 	}
 	o.ServerURL = env("CONFIG_GRPC_XDS_SERVER_URL", defaultXDSServerURL)
+	// host:port, or a gRPC target with its scheme (dns:///host:port).
+	if !strings.Contains(o.ServerURL, "://") {
+		if _, _, err := net.SplitHostPort(o.ServerURL); err != nil {
+			return o, false, bad("CONFIG_GRPC_XDS_SERVER_URL", "not host:port (or a gRPC target such as dns:///host:port)")
+		}
+	}
 	o.NodeID = env("CONFIG_GRPC_XDS_NODE_ID", defaultXDSNodeID)
 	// "key1=val1,key2=val2"; an entry without "=" is skipped, as there.
 	for _, kv := range strings.Split(env("CONFIG_GRPC_XDS_NODE_METADATA", ""), ",") {
