@@ -335,11 +335,11 @@ class Client(_Overrides):
         return Reservation(self, d, body["descriptors"])
 
     def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> "Ticket":
+                max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> "Ticket":
         """Book, sleep until the turn, and return a Ticket (a context
         manager releasing the request's in-flight slot on exit). A
         KeyboardInterrupt while sleeping cancels the booking."""
-        r = self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate)
+        r = self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority)
         _current.set(r.descriptors)
         try:
             if r.wait > 0:
@@ -588,9 +588,9 @@ class AsyncClient(_AsyncOverrides):
         return AsyncReservation(self, r)
 
     async def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None) -> Ticket:
+                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> Ticket:
         """Client.acquire (a task cancelled while sleeping cancels the booking); the Ticket is an async context manager."""
-        r = await self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate)
+        r = await self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority)
         _current.set(r.descriptors)
         try:
             if r.wait > 0:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import unittest
 
-from sluice_client import BadRequest, Client
+from sluice_client import BadRequest, Client, RateLimited
 
 from ._serve import Serve
 
@@ -52,6 +52,20 @@ class Priority(unittest.TestCase):
         self.assertEqual(e.exception.code, "unknown_priority")
         with self.assertRaises(ValueError):
             c.check(u, priority="")
+
+    def test_acquire(self) -> None:
+        """acquire takes the class too: batch's line is max_queue_ms 0, so
+        past its half of the bucket it is refused at once, and
+        interactive still gets the rest."""
+        c = Client(srv.url)
+        u = {"user": f"a{time.monotonic_ns()}"}
+        with c.acquire(u, cost=5, max_wait=1, priority="batch"):
+            pass
+        with self.assertRaises(RateLimited):
+            with c.acquire(u, cost=1, max_wait=1, priority="batch"):
+                pass
+        with c.acquire(u, cost=5, max_wait=1, priority="interactive"):
+            pass
 
 
 if __name__ == "__main__":
