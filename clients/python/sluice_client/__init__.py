@@ -10,7 +10,8 @@ process, thread and task — standard library only.
         ...
 """
 
-from ._client import AsyncClient, AsyncReservation, Client, Decision, Limit, Reservation, Ticket, trace
+from ._aclient import AsyncClient, AsyncReservation
+from ._client import Client, Decision, Limit, Reservation, Ticket, trace
 from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import MAX_PROVIDER_RESET, ProviderLimit, parse_provider_limits, retry_hint
 from ._overrides import EffectiveLimit, Override, OverridePage, Resolution

@@ -19,10 +19,10 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type
 
 from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import Headers, parse_provider_limits, retry_hint
-from ._overrides import _AsyncOverrides, _Overrides
+from ._overrides import _Overrides
 from ._usage import usage_fields
 
-__all__ = ["Client", "AsyncClient", "Decision", "Limit", "Reservation", "Ticket", "trace"]
+__all__ = ["Client", "Decision", "Limit", "Reservation", "Ticket", "trace"]
 
 Descriptors = Mapping[str, str]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -441,6 +441,7 @@ class Client(_Overrides):
         returns or raises."""
         def wrap(fn: F) -> F:
             if inspect.iscoroutinefunction(fn):
+                from ._aclient import AsyncClient
                 aclient = AsyncClient(self.url, self.token, self.timeout)
 
                 @functools.wraps(fn)
@@ -521,12 +522,12 @@ class Ticket:
     def release(self) -> Any:
         """Free the in-flight slot (idempotent)."""
         if self._released:
-            return _done() if isinstance(self._client, AsyncClient) else None
+            return _done() if _is_async(self._client) else None
         self._released = True
         return self._client.release(self.lease)
 
     def __enter__(self) -> "Ticket":
-        if isinstance(self._client, AsyncClient):
+        if _is_async(self._client):
             raise TypeError("an AsyncClient's ticket is an async context manager: use `async with`")
         return self
 
@@ -546,96 +547,7 @@ async def _done() -> None:
     return None
 
 
-class AsyncClient(_AsyncOverrides):
-    """The asyncio client: the methods of Client as coroutines (each HTTP
-    call runs in a thread; the waits are asyncio sleeps, so a cancelled task
-    cancels its booking)."""
-
-    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 5.0,
-                 trace_headers: Optional[Callable[[], Mapping[str, str]]] = None) -> None:
-        self._c = Client(url, token, timeout, trace_headers)
-        self.url, self.token, self.timeout = self._c.url, token, self._c.timeout
-
-    async def _run(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        h = _trace.get()  # (the task's trace context, into the executor's thread)
-
-        def call() -> Any:
-            token = _trace.set(h)
-            try:
-                return fn(*args, **kw)
-            finally:
-                _trace.reset(token)
-        return await asyncio.get_running_loop().run_in_executor(None, call)
-
-    async def check(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                    max_wait: Optional[float] = None, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> Decision:
-        """Client.check."""
-        return await self._run(self._c.check, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority)
-
-    async def reserve(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> "AsyncReservation":
-        """Client.reserve. A task cancelled while the booking is on its way
-        cancels the booking once it arrives."""
-        fut = asyncio.ensure_future(self._run(self._c.reserve, descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority))
-        try:
-            r = await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            def undo(f: "asyncio.Future[Any]") -> None:
-                if not f.cancelled() and f.exception() is None:
-                    threading.Thread(target=f.result().cancel, daemon=True).start()
-            fut.add_done_callback(undo)
-            raise
-        return AsyncReservation(self, r)
-
-    async def acquire(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                      max_wait: float, usage_estimate: Optional[Mapping[str, Any]] = None, priority: Optional[str] = None) -> Ticket:
-        """Client.acquire (a task cancelled while sleeping cancels the booking); the Ticket is an async context manager."""
-        r = await self.reserve(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority)
-        _current.set(r.descriptors)
-        try:
-            if r.wait > 0:
-                await asyncio.sleep(r.wait)
-        except BaseException:
-            await r.cancel()
-            raise
-        return Ticket(self, r.decision, r.descriptors)
-
-    async def settle(self, lease: str, actual_cost: Optional[int] = None, actual_costs: Optional[Mapping[str, int]] = None,
-                     release: bool = False, usage: Optional[Mapping[str, Any]] = None) -> None:
-        """Client.settle."""
-        await self._run(self._c.settle, lease, actual_cost=actual_cost, actual_costs=actual_costs, release=release, usage=usage)
-
-    async def release(self, lease: str) -> None:
-        """Client.release."""
-        await self._run(self._c.release, lease)
-
-    async def pause(self, descriptors: Descriptors, retry_after: float, limits: Optional[List[str]] = None) -> float:
-        """Client.pause."""
-        return await self._run(self._c.pause, descriptors, retry_after, limits)
-
-    async def feedback(self, descriptors: Descriptors, outcome: str, limits: Optional[List[str]] = None) -> List[Dict[str, Any]]:
-        """Client.feedback."""
-        return await self._run(self._c.feedback, descriptors, outcome, limits)
-
-    async def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
-                              limits: Optional[List[str]] = None) -> Optional[float]:
-        """Client.report_response (by default for this task's last acquire)."""
-        d = descriptors if descriptors is not None else _current.get()
-        return await self._run(self._c.report_response, status, headers, descriptors=d, limits=limits)
-
-    def limited(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                max_wait: float = 3.0) -> Callable[[F], F]:
-        """Client.limited (for plain and async functions)."""
-        return self._c.limited(descriptors, cost=cost, costs=costs, max_wait=max_wait)
-
-
-class AsyncReservation:
-    """Reservation for AsyncClient: ``cancel()`` is a coroutine."""
-
-    def __init__(self, client: AsyncClient, r: Reservation) -> None:
-        self._client, self._r = client, r
-        self.decision, self.lease, self.wait, self.descriptors = r.decision, r.lease, r.wait, r.descriptors
-
-    async def cancel(self) -> None:
-        """Return the booking exactly."""
-        await self._client._run(self._r.cancel)
+def _is_async(client: Any) -> bool:
+    """Whether client is an AsyncClient (_aclient imports this module)."""
+    from ._aclient import AsyncClient
+    return isinstance(client, AsyncClient)
