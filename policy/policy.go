@@ -141,6 +141,10 @@ type Limit struct {
 	// increasing order; nil: none.
 	Alerts []float64
 
+	// EnvoySettle (envoy_settle) makes the limit reserve-then-settle
+	// through Envoy's RateLimitService (policy/envoysettle.go); nil: not.
+	EnvoySettle *EnvoySettle
+
 	// Line is where the limit starts in the file.
 	Line int
 

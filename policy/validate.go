@@ -338,6 +338,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 	if known {
 		kindDefs[kind].parse(f, l)
 		f.adaptive(l)
+		f.envoySettle(l)
 	}
 	f.unknownFields(kind, known)
 	if f.failed() {
