@@ -247,6 +247,9 @@ type Limit struct {
 	// refusal (Spec.Penalize). Only for Blockable kinds, at most
 	// MaxBlockFor.
 	BlockFor time.Duration
+	// FairShare, when On, divides a token bucket's refill between tenants
+	// while it is contended (policy fair_share; Kind.Shares). Zero: none.
+	FairShare FairShare
 }
 
 // Shape is a limit's terms as they are shown (a policy listing, a
@@ -354,6 +357,10 @@ type Spec struct {
 	// store applies it by Spec.Penalize and keeps a key's block with its
 	// state.
 	BlockFor time.Duration
+	// FairShare, on a token-bucket Spec, divides the refill between
+	// tenants while the bucket is contended (Item.Tenant, Item.Weight;
+	// Spec.DecideShare). Nil: none. Its Tag is part of the spec's identity.
+	FairShare *FairShare
 }
 
 // NewSpec validates and compiles l; the error matches
@@ -365,9 +372,16 @@ func NewSpec(l Limit) (*Spec, error) {
 	if err := checkBlockFor(l.Kind, l.BlockFor); err != nil {
 		return nil, err
 	}
+	if err := l.FairShare.check(l.Kind); err != nil {
+		return nil, err
+	}
 	sp, err := kinds[l.Kind].alg.compile(l)
 	if err == nil {
 		sp.BlockFor = l.BlockFor
+		if l.FairShare.On() {
+			fs := l.FairShare
+			sp.FairShare = &fs
+		}
 	}
 	return sp, err
 }

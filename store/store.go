@@ -75,6 +75,13 @@ type Item struct {
 	// (no class, or a class with no reserve) is the whole limit, as
 	// before classes.
 	Reserve uint32
+	// Tenant is the share holder of this item when its Spec has a
+	// FairShare (OtherHolder "" is the shared "other" holder; the limiter
+	// makes it the fair_share's `by` descriptor's value, per class
+	// "<class>\x1f<tenant>"); Weight is the holder's weight, >= 1 (0
+	// counts as 1). Items of other specs ignore both.
+	Tenant string
+	Weight uint32
 	// Base, when set, is the spec the key's state is kept under when
 	// Spec is a change of it (a per-key override of a limit's
 	// parameters): a SpecConverter converts the state from the spec that
