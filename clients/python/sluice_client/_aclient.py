@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
-from ._client import Client, Decision, Descriptors, Reservation, Ticket, _current, _trace
+from ._client import Client, Decision, Descriptors, F, Reservation, Ticket, _current, _trace
 from ._headers import Headers
 from ._overrides import _AsyncOverrides
+from ._stats import FeedbackStatus, Stats
 
 __all__ = ["AsyncClient", "AsyncReservation"]
 
@@ -80,9 +81,13 @@ class AsyncClient(_AsyncOverrides):
         """Client.pause."""
         return await self._run(self._c.pause, descriptors, retry_after, limits)
 
-    async def feedback(self, descriptors: Descriptors, outcome: str, limits: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    async def feedback(self, descriptors: Descriptors, outcome: str, limits: Optional[List[str]] = None) -> List[FeedbackStatus]:
         """Client.feedback."""
         return await self._run(self._c.feedback, descriptors, outcome, limits)
+
+    async def stats(self) -> Stats:
+        """Client.stats."""
+        return await self._run(self._c.stats)
 
     async def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
                               limits: Optional[List[str]] = None) -> Optional[float]:

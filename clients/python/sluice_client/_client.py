@@ -20,9 +20,10 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type
 from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import Headers, parse_provider_limits, retry_hint
 from ._overrides import _Overrides
+from ._stats import FeedbackStatus, LimitStats, Stats
 from ._usage import usage_fields
 
-__all__ = ["Client", "Decision", "Limit", "Reservation", "Ticket", "trace"]
+__all__ = ["Client", "Decision", "FeedbackStatus", "Limit", "LimitStats", "Reservation", "Stats", "Ticket", "trace"]
 
 Descriptors = Mapping[str, str]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +85,19 @@ class Limit:
     blocked: bool = False
     #: an adaptive limit's ceiling the key was decided under (None: not adaptive)
     adaptive_refill_per_second: Optional[float] = None
+    #: the key's use has reached the limit's lowest alert below 1 (policy ``alerts``)
+    near_limit: bool = False
+    #: a limit in shadow mode (never refuses); ``shadow_refused``: its would-be refusal
+    shadow: bool = False
+    shadow_refused: bool = False
+    #: the request's priority class on this limit (``tokens_remaining`` is the class's)
+    priority: Optional[str] = None
+    #: a quota's calendar period ("day", "week", "month", "year"), None for other kinds
+    period: Optional[str] = None
+    #: seconds until this limit could admit the request (0 when it did)
+    retry_after: float = 0.0
+    #: seconds until this limit is full again (its period's end for a quota)
+    reset_after: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,12 @@ class Decision:
     denied: bool = False
     priority: Optional[str] = None  # the request's priority class, when it has one
 
+    @property
+    def near_limit(self) -> bool:
+        """Whether some limit of the decision is ``near_limit`` (its key's
+        use has reached the limit's lowest alert below 1)."""
+        return any(l.near_limit for l in self.limits)
+
     @staticmethod
     def _of(body: Mapping[str, Any]) -> "Decision":
         limits = [
@@ -111,7 +131,11 @@ class Decision:
                   algorithm=str(l.get("algorithm", "")), refill_per_second=float(l.get("refill_per_second", 0) or 0),
                   token_cost=int(l.get("token_cost", 0)), denied=bool(l.get("denied", False)),
                   blocked=bool(l.get("blocked", False)),
-                  adaptive_refill_per_second=(float(l["adaptive_refill_per_second"]) if l.get("adaptive_refill_per_second") else None))
+                  adaptive_refill_per_second=(float(l["adaptive_refill_per_second"]) if l.get("adaptive_refill_per_second") else None),
+                  near_limit=bool(l.get("near_limit", False)), shadow=bool(l.get("shadow", False)),
+                  shadow_refused=bool(l.get("shadow_refused", False)), priority=l.get("priority") or None,
+                  period=l.get("period") or None, retry_after=int(l.get("retry_after_ms", 0) or 0) / 1000,
+                  reset_after=int(l.get("reset_after_ms", 0) or 0) / 1000)
             for l in body.get("limits") or []
         ]
         wait = body.get("wait_ms")
@@ -385,20 +409,27 @@ class Client(_Overrides):
         _, ans = self._post("/v1/pause", b)
         return int(ans.get("paused_until_ms", 0)) / 1000
 
-    def feedback(self, descriptors: Descriptors, outcome: str, limits: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    def feedback(self, descriptors: Descriptors, outcome: str, limits: Optional[List[str]] = None) -> List[FeedbackStatus]:
         """Tell the adaptive limits (policy ``adaptive:``) of ``descriptors``
         (``limits`` names some; default every one applying) of a call's
         outcome: ``"overloaded"`` (a 429, 503 or 529 without a hint) lowers
         each key's ceiling, once per cooldown across instances; ``"ok"``
-        reads them. Returns each limit's answer (``name``, ``key``,
-        ``lowered``, ``adaptive_refill_per_second``, ...)."""
+        reads them. Returns each limit's answer, a FeedbackStatus
+        (``name``, ``key``, ``lowered``, ``adaptive_refill_per_second``, ...)."""
         if outcome not in ("overloaded", "ok"):
             raise ValueError(f'outcome must be "overloaded" or "ok", not {outcome!r}')
         b: Dict[str, Any] = {"descriptors": _descriptors(descriptors), "outcome": outcome}
         if limits:
             b["limits"] = [str(x) for x in limits]
         _, ans = self._post("/v1/feedback", b)
-        return list(ans.get("limits") or [])
+        return [FeedbackStatus._of(l) for l in ans.get("limits") or []]
+
+    def stats(self) -> Stats:
+        """``GET /v1/stats``: each limit's configuration and what this
+        instance counted (admitted, refused; a ``unit: usd`` limit's spend;
+        an adaptive limit's ceiling), as the live page shows it."""
+        _, ans = self._call("GET", "/v1/stats")
+        return Stats._of(ans)
 
     def report_response(self, status: int, headers: Headers, *, descriptors: Optional[Descriptors] = None,
                         limits: Optional[List[str]] = None) -> Optional[float]:

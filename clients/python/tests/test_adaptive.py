@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import unittest
 
-from sluice_client import AsyncClient, BadRequest, Client
+from sluice_client import AsyncClient, BadRequest, Client, FeedbackStatus
 
 from ._serve import Serve
 
@@ -41,17 +41,22 @@ class Adaptive(unittest.TestCase):
         self.assertIsNone(c.report_response(429, {}, descriptors=d))  # no hint: an overload
         got = c.feedback(d, "ok")
         self.assertEqual(len(got), 1)
-        self.assertAlmostEqual(got[0]["adaptive_refill_per_second"], 50, delta=0.01)
+        self.assertIsInstance(got[0], FeedbackStatus)
+        self.assertEqual((got[0].name, got[0].lowered, got[0].refill_per_second, got[0].min_refill_per_second), ("tool", False, 100, 10))
+        self.assertAlmostEqual(got[0].adaptive_refill_per_second, 50, delta=0.01)
         self.assertIsNone(c.report_response(529, {}, descriptors=d))  # within the cooldown: no further drop
-        self.assertAlmostEqual(c.feedback(d, "ok")[0]["adaptive_refill_per_second"], 50, delta=0.01)
+        self.assertAlmostEqual(c.feedback(d, "ok")[0].adaptive_refill_per_second, 50, delta=0.01)
         c.check(d)
         dec = c.check(d)
         self.assertAlmostEqual(dec.limits[0].adaptive_refill_per_second or 0, 50, delta=0.01)
+        st = c.stats().limit("tool")
+        assert st is not None
+        self.assertAlmostEqual(st.adaptive_refill_per_second or 0, 50, delta=0.01)
 
     def test_hint_pauses_instead(self) -> None:
         c, d = Client(srv.url), tool()
         self.assertEqual(c.report_response(429, {"Retry-After": "1"}, descriptors=d), 1)
-        self.assertEqual(c.feedback(d, "ok")[0]["adaptive_refill_per_second"], 100)
+        self.assertEqual(c.feedback(d, "ok")[0].adaptive_refill_per_second, 100)
 
     def test_feedback_errors(self) -> None:
         c = Client(srv.url)
@@ -66,5 +71,6 @@ class Adaptive(unittest.TestCase):
         async def run() -> None:
             a, d = AsyncClient(srv.url), tool()
             got = await a.feedback(d, "overloaded")
-            self.assertTrue(got[0]["lowered"])
+            self.assertTrue(got[0].lowered)
+            self.assertIsNotNone((await a.stats()).limit("tool"))
         asyncio.run(run())

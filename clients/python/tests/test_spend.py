@@ -85,6 +85,24 @@ class Spend(unittest.TestCase):
             tk.settle(usage={"model": "gpt-4o", "input_tokens": 200000, "output_tokens": 10000}, release=True)  # $0.60: into debt
         self.assertFalse(self.c.check(t).allowed, "spent beyond the budget: refused until the month ends")
 
+    def test_stats_spend(self) -> None:
+        """stats() shows the usd limit's unit and the spend this instance
+        admitted, corrected by settles; a token limit has no spend."""
+        before = self.c.stats().limit("budget")
+        assert before is not None
+        self.assertEqual((before.unit, before.algorithm, before.capacity), ("usd", "quota", 450000))
+        d = self.c.check(team(), usage_estimate=LONG)  # $0.10 reserved
+        self.c.settle(d.lease, usage={"model": "gpt-4o", "input_tokens": 20000, "output_tokens": 1000})  # $0.06
+        after = self.c.stats().limit("budget")
+        assert after is not None and before.spent_micro_usd is not None
+        self.assertEqual(after.spent_micro_usd, before.spent_micro_usd + 60000)
+        self.assertEqual(after.spent_usd, f"{after.spent_micro_usd / 1e6:.6f}")
+        self.assertGreaterEqual(after.admitted_total, before.admitted_total + 1)
+        tpm = self.c.stats().limit("tpm")
+        assert tpm is not None
+        self.assertEqual((tpm.unit, tpm.spent_micro_usd, tpm.spent_usd), ("tokens", None, None))
+        self.assertIsNone(self.c.stats().limit("nope"))
+
     def test_unknown_model(self) -> None:
         with self.assertRaises(BadRequest) as e:
             self.c.check(team(), usage_estimate={"model": "gpt-9", "input_tokens": 1})

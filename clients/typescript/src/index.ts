@@ -13,6 +13,7 @@ import {
 } from "./errors.js";
 import { parseProviderLimits, retryHint, type HeadersLike } from "./headers.js";
 import { usageBody, type Usage, type UsageEstimate } from "./usage.js";
+import { statsOf, type Stats } from "./stats.js";
 import {
   MAX_PAGE, listPath, matchOf, overrideOf, pageOf, resolutionOf, resolvePath, sameMatch, setBody,
   type ListOverridesOptions, type Override, type OverrideFields, type OverridePage, type Resolution,
@@ -20,6 +21,7 @@ import {
 
 export * from "./errors.js";
 export type { Usage, UsageEstimate } from "./usage.js";
+export type { Stats, LimitStats } from "./stats.js";
 export { parseProviderLimits, retryHint, parseRetryAfter, parseRateLimitField, MAX_PROVIDER_RESET } from "./headers.js";
 export type { ProviderLimit, HeadersLike } from "./headers.js";
 export type { Override, OverrideFields, ListOverridesOptions, OverridePage, Resolution, EffectiveLimit, Duration } from "./overrides.js";
@@ -43,6 +45,19 @@ export interface Limit {
   blocked: boolean;
   /** An adaptive limit's ceiling the key was decided under (undefined: not adaptive). */
   adaptiveRefillPerSecond?: number;
+  /** The key's use has reached the limit's lowest alert below 1 (policy `alerts`). */
+  nearLimit: boolean;
+  /** A limit in shadow mode (never refuses); `shadowRefused`: its would-be refusal. */
+  shadow: boolean;
+  shadowRefused: boolean;
+  /** The request's priority class on this limit (`tokensRemaining` is the class's). */
+  priority?: string;
+  /** A quota's calendar period ("day", "week", "month", "year"); undefined for other kinds. */
+  period?: string;
+  /** Seconds until this limit could admit the request (0 when it did). */
+  retryAfter: number;
+  /** Seconds until this limit is full again (its period's end for a quota). */
+  resetAfter: number;
 }
 
 /** One adaptive limit's answer to `feedback`. */
@@ -66,6 +81,8 @@ export interface Decision {
   wait: number | undefined;
   /** The request's priority class, when it has one (its own, or the policy's default_priority). */
   priority?: string;
+  /** Some limit of the decision is `nearLimit` (its key's use has reached the limit's lowest alert below 1). */
+  nearLimit: boolean;
 }
 
 /** What a request costs: `cost` for every limit, `costs` per limit name, and how long it may wait in line (`maxWait`, seconds). */
@@ -159,6 +176,16 @@ function checkBody(o: CheckOptions, reserve: boolean): Record<string, unknown> {
 }
 
 function decision(body: any): Decision {
+  const limits: Limit[] = (body?.limits ?? []).map((l: any) => ({
+    name: String(l.name ?? ""), key: String(l.key ?? ""), algorithm: String(l.algorithm ?? ""), capacity: Number(l.capacity ?? 0),
+    refillPerSecond: Number(l.refill_per_second ?? 0), tokensRemaining: Number(l.tokens_remaining ?? 0), tokenCost: Number(l.token_cost ?? 0),
+    allowed: Boolean(l.allowed), denied: Boolean(l.denied), blocked: Boolean(l.blocked),
+    ...(l.adaptive_refill_per_second ? { adaptiveRefillPerSecond: Number(l.adaptive_refill_per_second) } : {}),
+    nearLimit: Boolean(l.near_limit), shadow: Boolean(l.shadow), shadowRefused: Boolean(l.shadow_refused),
+    ...(l.priority ? { priority: String(l.priority) } : {}),
+    ...(l.period ? { period: String(l.period) } : {}),
+    retryAfter: Number(l.retry_after_ms ?? 0) / 1000, resetAfter: Number(l.reset_after_ms ?? 0) / 1000,
+  }));
   return {
     allowed: Boolean(body?.allowed),
     denied: body?.code === "denied",
@@ -166,12 +193,8 @@ function decision(body: any): Decision {
     lease: body?.lease || undefined,
     wait: body?.wait_ms === undefined ? undefined : Number(body.wait_ms) / 1000,
     ...(body?.priority ? { priority: String(body.priority) } : {}),
-    limits: (body?.limits ?? []).map((l: any) => ({
-      name: String(l.name ?? ""), key: String(l.key ?? ""), algorithm: String(l.algorithm ?? ""), capacity: Number(l.capacity ?? 0),
-      refillPerSecond: Number(l.refill_per_second ?? 0), tokensRemaining: Number(l.tokens_remaining ?? 0), tokenCost: Number(l.token_cost ?? 0),
-      allowed: Boolean(l.allowed), denied: Boolean(l.denied), blocked: Boolean(l.blocked),
-      ...(l.adaptive_refill_per_second ? { adaptiveRefillPerSecond: Number(l.adaptive_refill_per_second) } : {}),
-    })),
+    limits,
+    nearLimit: limits.some((l) => l.nearLimit),
   };
 }
 
@@ -429,6 +452,11 @@ export class Client {
       adaptiveRefillPerSecond: Number(l.adaptive_refill_per_second ?? 0), refillPerSecond: Number(l.refill_per_second ?? 0),
       minRefillPerSecond: Number(l.min_refill_per_second ?? 0),
     }));
+  }
+
+  /** `GET /v1/stats`: each limit's configuration and what this instance counted (admitted, refused; a `unit: usd` limit's spend; an adaptive limit's ceiling), as the live page shows it. */
+  async stats(): Promise<Stats> {
+    return statsOf(await this.request("GET", "/v1/stats", undefined));
   }
 
   /** Wrap an async function: each call first acquires a place, and releases it when the function settles. */

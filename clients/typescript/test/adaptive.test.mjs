@@ -29,12 +29,15 @@ test("a 429 without hints lowers the ceiling once per cooldown; checks are decid
   assert.equal(await c.reportResponse({ status: 429, headers: {} }, { descriptors: d }), undefined);
   let [f] = await c.feedback({ descriptors: d, outcome: "ok" });
   assert.ok(Math.abs(f.adaptiveRefillPerSecond - 50) < 0.01, JSON.stringify(f));
+  assert.deepEqual([f.name, f.lowered, f.refillPerSecond, f.minRefillPerSecond], ["tool", false, 100, 10]);
   await c.reportResponse({ status: 529, headers: {} }, { descriptors: d });
   [f] = await c.feedback({ descriptors: d, outcome: "ok" });
   assert.ok(Math.abs(f.adaptiveRefillPerSecond - 50) < 0.01, "within the cooldown: no further drop");
   await c.check({ descriptors: d });
   const dec = await c.check({ descriptors: d });
   assert.ok(Math.abs(dec.limits[0].adaptiveRefillPerSecond - 50) < 0.01, JSON.stringify(dec.limits[0]));
+  const st = (await c.stats()).limits.find((l) => l.name === "tool");
+  assert.ok(Math.abs(st.adaptiveRefillPerSecond - 50) < 0.01, JSON.stringify(st));
 });
 
 test("a hint pauses instead; errors", async () => {

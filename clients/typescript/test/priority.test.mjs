@@ -30,7 +30,10 @@ test("batch stops at its half of the bucket, interactive takes the rest, an unkn
   assert.equal(d.allowed, true);
   assert.equal(d.priority, "batch");
   assert.equal(d.limits[0].tokensRemaining, 0);
-  assert.equal((await c.check({ descriptors: u, cost: 1, priority: "batch" })).allowed, false);
+  assert.deepEqual([d.limits[0].priority, d.limits[0].retryAfter], ["batch", 0]);
+  const r = await c.check({ descriptors: u, cost: 1, priority: "batch" });
+  assert.equal(r.allowed, false);
+  assert.ok(r.limits[0].retryAfter > 0, JSON.stringify(r.limits[0]));
   d = await c.check({ descriptors: u, cost: 5, priority: "interactive" });
   assert.equal(d.allowed, true);
   assert.equal(d.priority, "interactive");

@@ -55,6 +55,20 @@ test("usage settles spend and tokens exactly; snake_case accepted", async () => 
   assert.equal((await c.check({ descriptors: t })).allowed, false);
 });
 
+test("stats shows the usd limit's unit and the spend this instance admitted, corrected by settles", async () => {
+  const of = async (name) => (await c.stats()).limits.find((l) => l.name === name);
+  const before = await of("budget");
+  assert.deepEqual([before.unit, before.algorithm, before.capacity], ["usd", "quota", 450000]);
+  const d = await c.check({ descriptors: team(), usageEstimate: LONG }); // $0.10 reserved
+  await c.settle(d.lease, { usage: { model: "gpt-4o", inputTokens: 20000, outputTokens: 1000 } }); // $0.06
+  const now = await of("budget");
+  assert.equal(now.spentMicroUsd, before.spentMicroUsd + 60000);
+  assert.equal(now.spentUsd, (now.spentMicroUsd / 1e6).toFixed(6));
+  assert.ok(now.admittedTotal >= before.admittedTotal + 1);
+  const tpm = await of("tpm");
+  assert.deepEqual([tpm.unit, tpm.spentMicroUsd, tpm.spentUsd], ["tokens", undefined, undefined]);
+});
+
 test("unknown model and malformed usages", async () => {
   await assert.rejects(c.check({ descriptors: team(), usageEstimate: { model: "gpt-9", inputTokens: 1 } }),
     (e) => e instanceof BadRequestError && e.code === "unknown_model");
