@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/store"
@@ -27,6 +28,12 @@ type ManyResult struct {
 	// Results has one result per request, in order: its own limits'
 	// statuses, and Allowed when all of them could admit.
 	Results []Result
+	// Receipt, when a request asked for one (Request.Receipt) and the
+	// call was admitted, records what every enforced limit of the call
+	// took (a bucket several requests share: once, their summed cost), for
+	// Settle and SettleCosts; items that took nothing and in-flight caps
+	// are not in it.
+	Receipt Receipt
 }
 
 // CheckMany decides several requests as one, all or nothing: either every
@@ -44,6 +51,11 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 	refs := make([][]int, len(reqs))  // per request, per limit: index in items, or -1-index in shadow
 	which := make([][]int, len(reqs)) // per request, per limit: its policy index
 	denied := false                   // a deny override that is not shadow applies
+	var owner []int                   // per item, its limit's policy index (for a receipt)
+	receipt := false                  // a request asks for one
+	for r := range reqs {
+		receipt = receipt || reqs[r].Receipt
+	}
 	sc := l.bufs.Get().(*scratch)
 	defer l.bufs.Put(sc)
 	sc.clocked = false // (one reading, when overrides need one, for every request: decided at once)
@@ -74,6 +86,9 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 				j = len(*its)
 				idx[it.Key] = j
 				*its = append(*its, it)
+				if receipt && !res.Limits[k].Shadow {
+					owner = append(owner, i)
+				}
 			}
 			err := c.costError(i, (*its)[j].Cost)
 			if rule := res.Limits[k].Override; rule != nil {
@@ -111,6 +126,9 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		out.Allowed, out.Slots = res.Allowed, res.Slots
 	}
 	out.Allowed = out.Allowed && !denied
+	if receipt && out.Allowed {
+		out.Receipt = manyReceipt(c, items, owner)
+	}
 	for j := range shadow { // (names: the key's limit prefix, for the log)
 		l.decideShadow(shadow[j:j+1], shadow[j].Key, !out.Allowed, func(its []store.Item) (store.Result, error) { return l.st.Take(ctx, its) })
 	}
@@ -145,4 +163,20 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		l.observe(ctx, c, which[r], res, &reqs[r], time.Time{}, false)
 	}
 	return out, nil
+}
+
+// manyReceipt is the receipt of CheckMany's admitted items (owner: each
+// item's limit's policy index).
+func manyReceipt(c *compiled, items []store.Item, owner []int) Receipt {
+	var r Receipt
+	for j := range items {
+		if it := &items[j]; !it.Spec.HoldsSlots() && it.Cost > 0 {
+			r.taken = append(r.taken, store.Adjustment{Key: it.Key, Spec: it.Spec, Base: it.Base, Delta: it.Cost, RefundBefore: it.RefundBefore})
+			r.limits = append(r.limits, c.p.Limits[owner[j]].Name)
+		}
+	}
+	if len(r.taken) > 0 {
+		r.settled = new(atomic.Bool)
+	}
+	return r
 }
