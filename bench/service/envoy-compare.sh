@@ -12,14 +12,15 @@
 # value; limits never reached, so every request is a full decision). A third
 # server, sluice with --lease-tokens on a redis-server of its own, is a row
 # set of its own (against the same rounds of envoy), on the hot key and on
-# 10,000 keys. Within a
+# 10,000 keys; so is a fourth, sluice in memory (no --store: its state in
+# the process, as one instance deployed alone keeps it). Within a
 # configuration the servers take turns, round after round, the order reversed
 # every other round (sluice, envoy, then envoy, sluice, ...).
 #
 # Each run reports decisions/s and p99 (from sluice bench), the server's CPU
 # per decision (utime+stime of /proc/PID/stat before and after the run) and
 # its Redis's CPU per decision (INFO cpu used_cpu_user+used_cpu_sys, before
-# and after), in microseconds. The tables give each round's figures with the
+# and after; 0 in memory), in microseconds. The tables give each round's figures with the
 # ratio sluice/envoy (above 1 is better for decisions/s, below 1 for p99 and
 # CPU), then a summary of medians over the rounds (the ratio column there is
 # the median of the rounds' ratios).
@@ -42,6 +43,7 @@
 #   ROUNDS=5 SECONDS=5        rounds per configuration, seconds per run
 #   CLIENTS="1 16 64" KEYS="1 10000" UNITS="second minute hour"
 #   LEASE=1                   0: no --lease-tokens row set
+#   MEMORY=1                  0: no in-memory row set
 #   WARMUP=1                  seconds of load per server and configuration
 #                             before its rounds (0: none)
 #   OUT=bench/results/envoy-compare.txt
@@ -70,6 +72,7 @@ CLIENTS=${CLIENTS:-1 16 64}
 KEYS=${KEYS:-1 10000}
 UNITS=${UNITS:-second minute hour}
 LEASE=${LEASE:-1}
+MEMORY=${MEMORY:-1}
 WARMUP=${WARMUP:-1}
 
 die() { echo "envoy-compare: $*" >&2; exit 1; }
@@ -78,6 +81,7 @@ in_range "$ROUNDS" 1 1000 || die "ROUNDS=$ROUNDS: want a whole number, 1 to 1000
 in_range "$SECONDS_PER_RUN" 1 600 || die "SECONDS=$SECONDS_PER_RUN: want a whole number of seconds, 1 to 600"
 in_range "$WARMUP" 0 600 || die "WARMUP=$WARMUP: want a whole number of seconds, 0 to 600"
 [[ $LEASE == 0 || $LEASE == 1 ]] || die "LEASE=$LEASE: want 0 or 1"
+[[ $MEMORY == 0 || $MEMORY == 1 ]] || die "MEMORY=$MEMORY: want 0 or 1"
 for c in $CLIENTS; do in_range "$c" 1 4096 || die "CLIENTS: $c is not a whole number, 1 to 4096"; done
 for k in $KEYS; do [[ $k == 1 || $k == 10000 ]] || die "KEYS: $k is not 1 or 10000"; done
 for u in $UNITS; do [[ $u == second || $u == minute || $u == hour ]] || die "UNITS: $u is not second, minute or hour"; done
@@ -143,8 +147,10 @@ wait_tcp() { # port name pid
 
 impls="sluice envoy"
 [[ $LEASE == 1 ]] && impls+=" sluice-lease"
+[[ $MEMORY == 1 ]] && impls+=" sluice-memory"
 declare -A redis_port server_pid grpc_port
 for impl in $impls; do
+	[[ $impl == sluice-memory ]] && continue # no Redis
 	free_port p
 	mkdir -p "$tmp/redis-$impl"
 	redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
@@ -155,12 +161,13 @@ for impl in $impls; do
 done
 
 start_sluice() { # impl, extra flags
-	local impl=$1 g h
+	local impl=$1 g h store=()
 	shift
 	free_port g
 	free_port h
+	[[ -n ${redis_port[$impl]:-} ]] && store=(--store "redis://127.0.0.1:${redis_port[$impl]}")
 	"$sluice" serve --envoy-config "$conf_dir" --grpc "127.0.0.1:$g" --http "127.0.0.1:$h" \
-		--store "redis://127.0.0.1:${redis_port[$impl]}" --reload 0 --log-level warn "$@" >"$tmp/$impl.log" 2>&1 &
+		"${store[@]}" --reload 0 --log-level warn "$@" >"$tmp/$impl.log" 2>&1 &
 	pids+=($!)
 	server_pid[$impl]=$!
 	grpc_port[$impl]=$g
@@ -168,6 +175,7 @@ start_sluice() { # impl, extra flags
 }
 start_sluice sluice
 [[ $impls == *sluice-lease* ]] && start_sluice sluice-lease --lease-tokens
+[[ $impls == *sluice-memory* ]] && start_sluice sluice-memory
 
 g='' h='' d=''
 free_port g
@@ -196,7 +204,8 @@ proc_cpu() { # pid -> CPU seconds (utime+stime) so far
 	read -ra f <<<"${s##*) }"
 	echo "${f[11]} ${f[12]}" | awk -v t="$clk_tck" '{printf "%.6f", ($1 + $2) / t}'
 }
-redis_cpu() { # port -> CPU seconds (used_cpu_user+used_cpu_sys) so far
+redis_cpu() { # port -> CPU seconds (used_cpu_user+used_cpu_sys) so far; no port: 0
+	[[ -n $1 ]] || { echo 0; return; }
 	redis-cli -h 127.0.0.1 -p "$1" INFO cpu | tr -d '\r' |
 		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" {s += $2} END {printf "%.6f", s}'
 }
@@ -229,7 +238,7 @@ raw=$tmp/raw.txt
 	echo "# bench/service/envoy-compare.sh, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; $(go version | cut -d' ' -f3-)"
 	echo "# sluice $(git describe --always --dirty 2>/dev/null || echo '?'); $ENVOY_MODULE@$ENVOY_VERSION; $(redis-server --version | cut -d' ' -f1-3)"
-	echo "# ROUNDS=$ROUNDS SECONDS=$SECONDS_PER_RUN CLIENTS=\"$CLIENTS\" KEYS=\"$KEYS\" UNITS=\"$UNITS\" LEASE=$LEASE WARMUP=$WARMUP${ENVOY_REDIS_PIPELINE_WINDOW:+ ENVOY_REDIS_PIPELINE_WINDOW=$ENVOY_REDIS_PIPELINE_WINDOW}"
+	echo "# ROUNDS=$ROUNDS SECONDS=$SECONDS_PER_RUN CLIENTS=\"$CLIENTS\" KEYS=\"$KEYS\" UNITS=\"$UNITS\" LEASE=$LEASE MEMORY=$MEMORY WARMUP=$WARMUP${ENVOY_REDIS_PIPELINE_WINDOW:+ ENVOY_REDIS_PIPELINE_WINDOW=$ENVOY_REDIS_PIPELINE_WINDOW}"
 	echo "# server_cpu, redis_cpu: microseconds of CPU per decision; p99 in microseconds;"
 	echo "# load1: the machine's 1-minute load average at the end of the run (this run's own"
 	echo "#   processes count there too: about 2-3 under load; more is other work on the machine)"
@@ -237,7 +246,7 @@ raw=$tmp/raw.txt
 
 # run round impl key keys clients: one measured run, one raw line
 run() {
-	local round=$1 impl=$2 key=$3 keys=$4 c=$5 pid=${server_pid[$2]} port=${redis_port[$2]}
+	local round=$1 impl=$2 key=$3 keys=$4 c=$5 pid=${server_pid[$2]} port=${redis_port[$2]:-}
 	local s0 r0 s1 r1 out a r e dps p99
 	s0=$(proc_cpu "$pid") r0=$(redis_cpu "$port")
 	out=$(bench "$impl" "$key" "$keys" "$c" "$SECONDS_PER_RUN")
@@ -267,6 +276,7 @@ for keys in $KEYS; do
 		if ((keys == 1)); then key=hot_$unit; else key=per_$unit; fi
 		servers="sluice envoy"
 		[[ $impls == *sluice-lease* ]] && servers+=" sluice-lease"
+		[[ $impls == *sluice-memory* ]] && servers+=" sluice-memory"
 		if ((WARMUP > 0)); then
 			for impl in $servers; do bench "$impl" "$key" "$keys" 16 "$WARMUP" >/dev/null; done
 		fi
@@ -319,9 +329,9 @@ table() {
 		for (pass = 1; pass <= 2; pass++) {
 			print (pass == 1 ? "Per round (ratio: sluice / envoy; µs of CPU per decision):" : "Summary, medians over the rounds (ratio: median of the rounds'"'"' ratios):")
 			print ""; print hdr; print sep
-			for (variant = 1; variant <= 2; variant++) {
-				s = variant == 1 ? "sluice" : "sluice-lease"
-				set = variant == 1 ? "sluice" : "lease-tokens"
+			for (variant = 1; variant <= 3; variant++) {
+				s = variant == 1 ? "sluice" : variant == 2 ? "sluice-lease" : "sluice-memory"
+				set = variant == 1 ? "sluice" : variant == 2 ? "lease-tokens" : "in-memory"
 				for (i = 1; i <= nk; i++) {
 					k = order[i]
 					if (!have[k, s] || !have[k, "envoy"]) continue
