@@ -96,9 +96,10 @@ class AsyncClient(_AsyncOverrides):
         return await self._run(self._c.report_response, status, headers, descriptors=d, limits=limits)
 
     def limited(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                max_wait: float = 3.0) -> Callable[[F], F]:
+                max_wait: float = 3.0, usage_estimate: Optional[Mapping[str, Any]] = None,
+                priority: Optional[str] = None) -> Callable[[F], F]:
         """Client.limited (for plain and async functions)."""
-        return self._c.limited(descriptors, cost=cost, costs=costs, max_wait=max_wait)
+        return self._c.limited(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority)
 
 
 class AsyncReservation:

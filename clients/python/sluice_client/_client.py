@@ -466,24 +466,26 @@ class Client(_Overrides):
         return wait
 
     def limited(self, descriptors: Descriptors, *, cost: Optional[int] = None, costs: Optional[Mapping[str, int]] = None,
-                max_wait: float = 3.0) -> Callable[[F], F]:
+                max_wait: float = 3.0, usage_estimate: Optional[Mapping[str, Any]] = None,
+                priority: Optional[str] = None) -> Callable[[F], F]:
         """A decorator: each call of the function (plain or async) first
-        acquires a place (``acquire``), and releases it when the function
-        returns or raises."""
+        acquires a place (``acquire``, with the same arguments), and
+        releases it when the function returns or raises."""
         def wrap(fn: F) -> F:
             if inspect.iscoroutinefunction(fn):
                 from ._aclient import AsyncClient
-                aclient = AsyncClient(self.url, self.token, self.timeout)
+                aclient = AsyncClient(self.url, self.token, self.timeout, self.trace_headers)
 
                 @functools.wraps(fn)
                 async def awrapper(*args: Any, **kw: Any) -> Any:
-                    async with await aclient.acquire(descriptors, cost=cost, costs=costs, max_wait=max_wait):
+                    async with await aclient.acquire(descriptors, cost=cost, costs=costs, max_wait=max_wait,
+                                                     usage_estimate=usage_estimate, priority=priority):
                         return await fn(*args, **kw)
                 return awrapper  # type: ignore[return-value]
 
             @functools.wraps(fn)
             def wrapper(*args: Any, **kw: Any) -> Any:
-                with self.acquire(descriptors, cost=cost, costs=costs, max_wait=max_wait):
+                with self.acquire(descriptors, cost=cost, costs=costs, max_wait=max_wait, usage_estimate=usage_estimate, priority=priority):
                     return fn(*args, **kw)
             return wrapper  # type: ignore[return-value]
         return wrap

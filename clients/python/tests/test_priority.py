@@ -71,6 +71,26 @@ class Priority(unittest.TestCase):
         with c.acquire(u, cost=5, max_wait=1, priority="interactive"):
             pass
 
+    def test_limited(self) -> None:
+        """limited takes the class (and a usage estimate) as acquire does."""
+        c = Client(srv.url)
+        u = {"user": f"l{time.monotonic_ns()}"}
+
+        @c.limited(u, cost=5, max_wait=1, priority="batch")
+        def batch() -> str:
+            return "ok"
+
+        @c.limited(u, cost=5, max_wait=1, priority="interactive")
+        async def interactive() -> str:
+            return "ok"
+        self.assertEqual(batch(), "ok")
+        with self.assertRaises(RateLimited):
+            batch()  # past batch's half of the bucket
+        import asyncio
+        self.assertEqual(asyncio.run(interactive()), "ok")
+        with self.assertRaises(BadRequest):
+            c.limited(u, priority="bulk")(lambda: None)()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -103,6 +103,18 @@ class Spend(unittest.TestCase):
         self.assertEqual((tpm.unit, tpm.spent_micro_usd, tpm.spent_usd), ("tokens", None, None))
         self.assertIsNone(self.c.stats().limit("nope"))
 
+    def test_limited(self) -> None:
+        """limited reserves the estimate's spend on every call (never settled: $0.10 each)."""
+        t = team()
+
+        @self.c.limited(t, usage_estimate=LONG, max_wait=1)
+        def call() -> None:
+            pass
+        call()
+        call()
+        budget = {l.name: l for l in self.c.check(t, cost=0).limits}["budget"]
+        self.assertEqual(budget.tokens_remaining, 450000 - 200000)
+
     def test_unknown_model(self) -> None:
         with self.assertRaises(BadRequest) as e:
             self.c.check(team(), usage_estimate={"model": "gpt-9", "input_tokens": 1})
