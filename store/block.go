@@ -14,9 +14,10 @@ import (
 const MaxBlockFor = 100 * 24 * time.Hour
 
 // Leasable reports whether store/lease may serve s's items from token
-// batches held in process: s's kind is Leasable and s has no BlockFor (a
-// block must be decided, and kept, by the shared store).
-func (s *Spec) Leasable() bool { return s.Kind.Leasable() && s.BlockFor == 0 }
+// batches held in process: s's kind is Leasable and s has no BlockFor nor
+// FairShare (a block, and a tenant set, must be decided, and kept, by the
+// shared store).
+func (s *Spec) Leasable() bool { return s.Kind.Leasable() && s.BlockFor == 0 && s.FairShare == nil }
 
 // Penalize applies s's penalty box to dec, the decision just made for an
 // item of cost on a key whose block ends at until (Now.Mono ns; a block

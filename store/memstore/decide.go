@@ -47,8 +47,12 @@ func stepReserved(it *store.Item, e entry, exists bool, d, wall int64) (entry, s
 }
 
 // decide is step, or for an item with a MaxWait the kind's Book (wait:
-// how long until its cost is there).
-func decide(it *store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision, time.Duration) {
+// how long until its cost is there); an item of a fair-share spec is
+// decided with its key's tenant set in shd (fairshare.go).
+func decide(shd *shard, it *store.Item, e entry, exists bool, d, wall int64) (entry, sluice.Decision, time.Duration) {
+	if it.Spec.FairShare != nil && it.Cost > 0 {
+		return shd.decideShare(it, e, exists, d, wall)
+	}
 	if it.MaxWait <= 0 || it.Cost == 0 {
 		next, dec := step(it, e, exists, d, wall)
 		return next, dec, 0
@@ -63,8 +67,8 @@ func decide(it *store.Item, e entry, exists bool, d, wall int64) (entry, sluice.
 // capacity.)
 func penalize(shd *shard, e *tentry, it *store.Item, dec sluice.Decision, d, wall int64) sluice.Decision {
 	cost := it.Cost
-	if it.Reserve != 0 {
-		cost = 0 // a priority class's refusal starts no block (store.Item.Reserve)
+	if it.Reserve != 0 || (it.Spec.FairShare != nil && shd.shareRefused(it.Key)) {
+		cost = 0 // a class's or a share's refusal starts no block (store.Item.Reserve, fairshare.go)
 	}
 	dec, until, start := it.Spec.Penalize(dec, shd.m.blockOf(e, d), store.Now{Mono: d, Wall: wall}, cost)
 	if start && e != nil {

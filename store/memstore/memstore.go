@@ -193,6 +193,8 @@ type shard struct {
 	specs map[string]*store.Spec
 	// memo is the last lookup in specs (respec.go).
 	memo specMemo
+	// fair holds the tenant sets of fair-share keys (fairshare.go).
+	fair fairSets
 }
 
 // entry is a key's state (its meaning is its spec's kind's: see
@@ -387,7 +389,7 @@ func (s *Store) takeMany(items []store.Item, borrowed bool, attempt int, d, wall
 			if it.Base != nil || len(shd.specs) > 0 {
 				cur, exists = shd.asSpec(e, it.Spec, it.Base, cur, d, s.wall(wall, d))
 			}
-			m.next[i], it.Decision, it.Wait = decide(it, cur, exists, d, s.wall(wall, d))
+			m.next[i], it.Decision, it.Wait = decide(shd, it, cur, exists, d, s.wall(wall, d))
 			if it.Spec.BlockFor > 0 {
 				it.Decision = penalize(shd, e, it, it.Decision, d, s.wall(wall, d))
 			}
@@ -453,6 +455,9 @@ func (s *Store) commitMany(items []store.Item, m *many, res *store.Result, borro
 		}
 		if it.Cost > 0 {
 			it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), it.Decision.ResetAfter)
+			if it.Spec.FairShare != nil {
+				shd.commitShare(it.Key) // (fairshare.go)
+			}
 		}
 		res.Wait = max(res.Wait, it.Wait)
 		e := m.ents[i]
@@ -520,7 +525,7 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	} else if it.Cost > 0 && !s.room1(shd, d, true, credit) {
 		return store.Result{}, errNoRoom
 	}
-	next, dec, wait := decide(it, cur, exists, d, s.wall(wall, d))
+	next, dec, wait := decide(shd, it, cur, exists, d, s.wall(wall, d))
 	if it.Spec.BlockFor > 0 {
 		dec = penalize(shd, e, it, dec, d, s.wall(wall, d))
 	}
@@ -531,6 +536,9 @@ func (s *Store) take1(shd *shard, h uint64, it *store.Item, d, wall int64, borro
 	}
 	if dec.Allowed && it.Cost > 0 {
 		it.RefundBefore = store.RefundBefore(it.Spec, s.wall(wall, d), dec.ResetAfter)
+		if it.Spec.FairShare != nil {
+			shd.commitShare(it.Key) // (fairshare.go)
+		}
 		if e != nil {
 			e.entry = next // (a take makes no key idle sooner: see noteIdle)
 			shd.m.holdIdle(e)
