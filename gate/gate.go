@@ -5,8 +5,10 @@
 //
 // A Gate combines an exact token bucket (the rate and burst), an in-flight
 // cap (calls admitted but not finished), a capped FIFO queue of callers
-// willing to wait, server retry hints that pause every caller, and bounded,
-// jittered retries. It has no background goroutines or tickers: all work
+// willing to wait (FIFO within a priority class), server retry hints that pause every caller, and bounded,
+// jittered retries, and optionally priority classes (Config.Priorities,
+// the Priority option) that keep a share of every budget for the higher
+// classes. It has no background goroutines or tickers: all work
 // happens on the callers' goroutines (a shared gate adds one timer per
 // in-flight call, renewing its slot), so a Gate needs no Close and can be
 // created freely, including inside testing/synctest bubbles.
@@ -134,12 +136,19 @@ type Config struct {
 	// (gate/trace.go), a child of the context's span or traceparent
 	// (tracing.WithParent); nil traces nothing.
 	Tracer tracing.Tracer
-	// Priorities are the priority classes of a shared gate (Store set),
-	// highest first, with the fields of a policy's priorities: a call of
-	// class c (the Priority option) is admitted or booked only within
-	// each budget cut by c's Reserve, and waits at most c's MaxQueue when
-	// QueueBounded (docs/behaviour.md section 7). A call naming no class
-	// has none (the whole budget). Only with a Store.
+	// Priorities are the gate's priority classes, highest first, with the
+	// fields of a policy's priorities: a call of class c (the Priority
+	// option) is admitted or booked only if each budget's new theoretical
+	// arrival time is at most now + (1 − c's Reserve)·τ + min(its wait,
+	// c's MaxQueue when QueueBounded) (docs/behaviour.md section 7), and
+	// with MaxInFlight fills at most MaxInFlight·(1 − Reserve) slots
+	// (rounded down; a class left none is an error). A call naming no
+	// class has none (the whole budget). Shared gates apply the rule in
+	// the store; a gate in process on its own buckets, its queue being
+	// FIFO within a class while a higher class (or a call naming none)
+	// passes a waiter of a lower class that cannot go yet, so that a
+	// higher class is never delayed by a lower one beyond the lower
+	// class's MaxQueue.
 	Priorities []policy.Priority
 	// Store, when set, makes the gate shared: its budgets (Limit and
 	// Dimensions), in-flight slots and pauses live in that store under
@@ -320,15 +329,16 @@ func (g *Gate) release() {
 	}
 }
 
-// takeSlot takes an in-flight slot if one is free.
-func (g *Gate) takeSlot() bool {
+// takeSlot takes an in-flight slot if fewer than slots are taken (a
+// class's share of MaxInFlight, class.slots; any when MaxInFlight is 0).
+func (g *Gate) takeSlot(slots int) bool {
 	if g.cfg.MaxInFlight == 0 {
 		g.inFlight.Add(1)
 		return true
 	}
 	for {
 		n := g.inFlight.Load()
-		if n >= int64(g.cfg.MaxInFlight) {
+		if n >= int64(slots) {
 			return false
 		}
 		if g.inFlight.CompareAndSwap(n, n+1) {
@@ -353,7 +363,9 @@ func (g *Gate) countAdmitted(attempt int) {
 //     sluice.ErrQueueFull;
 //   - admission later than MaxWait or ctx's deadline: refused at once with
 //     sluice.ErrWaitTooLong, consuming nothing;
-//   - waiters are admitted in arrival order, large costs included;
+//   - waiters are admitted in arrival order, large costs included (within
+//     a priority class: a higher class passes a lower one that must
+//     still wait);
 //   - a waiter whose ctx ends leaves the queue, its booked tokens return
 //     exactly, and Do returns ctx's error;
 //   - cost > capacity: sluice.ErrCostExceedsCapacity at once.
@@ -445,14 +457,15 @@ func (g *Gate) admit(ctx context.Context, cost int64, attempt int, wantRes bool,
 		return hold{sh: sh}, err
 	}
 	g.ad.sync(g) // (an adaptive ceiling may have moved; nil: none)
+	cls := g.localClass(ctx)
 	if ch != nil {
-		if r, dres, ok := g.tryNowDims(cost, attempt, ch); ok {
+		if r, dres, ok := g.tryNowDims(cost, attempt, ch, cls); ok {
 			return hold{res: r, dres: dres}, nil
 		}
-	} else if r, ok := g.tryNow(cost, attempt, wantRes); ok {
+	} else if r, ok := g.tryNow(cost, attempt, wantRes, cls); ok {
 		return hold{res: r}, nil
 	}
-	w, now, err := g.enqueue(ctx, cost, attempt, ch)
+	w, now, err := g.enqueue(ctx, cost, attempt, ch, cls)
 	if err != nil {
 		return hold{}, err
 	}
@@ -464,4 +477,3 @@ func (g *Gate) admit(ctx context.Context, cost int64, attempt int, wantRes bool,
 	}
 	return hold{res: w.res, dres: w.dres}, nil // rebooking may have replaced them
 }
-

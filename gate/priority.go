@@ -1,21 +1,28 @@
-// Priority classes of a shared gate: the Priority call option and
-// Config.Priorities (docs/behaviour.md section 7).
+// Priority classes of a gate, shared or in process: the Priority call
+// option, Config.Priorities and a call's class in the local queue
+// (docs/behaviour.md section 7).
 
 package gate
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Priority makes a call (Do, Reserve) one of class name, one of
-// Config.Priorities: on a shared gate its budgets are cut by the class's
-// reserve and its wait by the class's max_queue (store.Item.Reserve), so
-// that a lower class never takes what a higher one needs. A name the gate
-// does not list fails the call with an error matching
-// policy.ErrUnknownPriority, taking nothing.
+// Config.Priorities: its budgets (Limit and every Dimension) are cut by
+// the class's reserve, its in-flight slots to its share of MaxInFlight,
+// and its wait by the class's MaxQueue, so that a lower class never takes
+// what a higher one needs (docs/behaviour.md section 7). A shared gate
+// sends the reserve to the store (store.Item.Reserve); a gate in process
+// books on its own buckets by the same rule (bucket.ReserveClass), and its
+// queue lets a call of a higher class pass a waiter of a lower class that
+// cannot go yet. A name the gate does not list fails the call with an
+// error matching policy.ErrUnknownPriority, taking nothing.
 func Priority(name string) Option { return func(o *callOpts) { o.priority = name } }
 
 // classKey carries a call's class (policy.Priority) in its context, from
@@ -40,17 +47,43 @@ func (g *Gate) classed(ctx context.Context, opts []Option) (context.Context, err
 	return context.WithValue(ctx, classKey{}, cls), nil
 }
 
-// checkPriorities validates Config.Priorities: only with a Store, names
-// not empty nor given twice, reserves below policy.ReserveScale.
+// class is a call's priority class as the in-process gate applies it.
+type class struct {
+	p     policy.Priority // its fields (the zero Priority: none)
+	rank  int             // its index in Config.Priorities; -1: none named
+	slots int             // the in-flight slots it may fill: MaxInFlight cut by its reserve
+}
+
+// localClass is the class ctx carries (classed), or none (rank -1, the
+// whole budget).
+func (g *Gate) localClass(ctx context.Context) class {
+	c := class{rank: -1, slots: g.cfg.MaxInFlight}
+	if len(g.cfg.Priorities) == 0 {
+		return c
+	}
+	p, ok := ctx.Value(classKey{}).(policy.Priority)
+	if !ok {
+		return c
+	}
+	for i := range g.cfg.Priorities {
+		if g.cfg.Priorities[i].Name == p.Name {
+			c.rank = i
+			break
+		}
+	}
+	c.p, c.slots = p, int(store.Reserved(int64(g.cfg.MaxInFlight), p.Reserve))
+	return c
+}
+
+// checkPriorities validates Config.Priorities: names not empty nor given
+// twice, reserves below policy.ReserveScale, MaxQueue not negative, and
+// with MaxInFlight, at least one slot left to every class.
 func checkPriorities(cfg Config) error {
 	if len(cfg.Priorities) == 0 {
 		return nil
 	}
 	bad := func(msg string) error {
 		return sluice.Errorf(sluice.ErrInvalidLimit, "gate config: Priorities: %s", msg)
-	}
-	if cfg.Store == nil {
-		return bad("priority classes need a shared gate (Store)")
 	}
 	seen := map[string]bool{}
 	for _, c := range cfg.Priorities {
@@ -61,6 +94,8 @@ func checkPriorities(cfg Config) error {
 			return bad("class " + c.Name + "'s reserve must be below 1 (1,000,000 parts per million)")
 		case c.MaxQueue < 0:
 			return bad("class " + c.Name + "'s MaxQueue must not be negative")
+		case cfg.MaxInFlight > 0 && store.Reserved(int64(cfg.MaxInFlight), c.Reserve) == 0:
+			return bad(fmt.Sprintf("class %s's reserve leaves it none of the %d in-flight slots (MaxInFlight)", c.Name, cfg.MaxInFlight))
 		}
 		seen[c.Name] = true
 	}

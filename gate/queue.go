@@ -1,4 +1,6 @@
-// The FIFO queue: booking a waiting caller, waking it, removing it.
+// The queue: booking a waiting caller (within its priority class's share),
+// waking it, removing it. FIFO within a class; a higher class passes a
+// lower one that cannot go yet.
 
 package gate
 
@@ -21,6 +23,7 @@ type waiter struct {
 	limit    time.Time             // latest acceptable admission; zero: none
 	wake     chan struct{}
 	attempt  int
+	cls      class // its priority class (rank -1: none)
 	admitted bool  // a slot was handed over by dispatchLocked
 	err      error // set when rebooking failed
 }
@@ -38,34 +41,55 @@ func (g *Gate) readyLocked(w *waiter) time.Time {
 	return ready
 }
 
-// dispatchLocked admits waiters from the head of the queue while they are
-// ready and slots are free, handing each its slot and waking it. A waiter
-// that cannot go yet sleeps until its ready time (its own timer) or until a
-// release hands it a slot.
+// dispatchLocked admits waiters in arrival order while they are ready
+// and slots are free, handing each its slot and waking it. A waiter that
+// cannot go yet (its tokens, a pause, its class's share of MaxInFlight)
+// holds back every waiter behind it of its class or a lower one, never
+// one of a higher class (nor, behind a classed waiter, one naming no
+// class): those go when they are ready, the bucket's line having booked
+// their tokens after the lower class's. Without classes this is FIFO. A
+// waiter that cannot go sleeps until its ready time (its own timer) or
+// until a release hands it a slot.
 func (g *Gate) dispatchLocked(now time.Time) {
-	for len(g.queue) > 0 {
-		w := g.queue[0]
-		if w.err != nil || now.Before(g.readyLocked(w)) || !g.takeSlot() {
-			return
+	held := len(g.cfg.Priorities) // the waiters of this rank and lower are held back
+	for i := 0; i < len(g.queue); {
+		w := g.queue[i]
+		if w.cls.rank >= held {
+			i++
+			continue
 		}
-		g.popLocked()
-		w.admitted = true
-		g.countAdmitted(w.attempt)
-		signal(w)
+		if w.err == nil && !now.Before(g.readyLocked(w)) && g.takeSlot(w.cls.slots) {
+			g.dropLocked(i)
+			w.admitted = true
+			g.countAdmitted(w.attempt)
+			signal(w)
+			continue
+		}
+		if held = w.cls.rank; held < 0 || g.cfg.MaxInFlight > 0 && g.inFlight.Load() >= int64(g.cfg.MaxInFlight) {
+			return // every waiter behind is held back, or no slot is free
+		}
+		i++
 	}
 }
 
-func (g *Gate) popLocked() {
-	g.queue[0] = nil
-	g.queue = g.queue[1:]
+// dropLocked takes the i-th waiter out of the queue (the head in O(1)).
+func (g *Gate) dropLocked(i int) {
+	if i == 0 {
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+	} else {
+		n := copy(g.queue[i:], g.queue[i+1:])
+		g.queue[i+n] = nil
+		g.queue = g.queue[:i+n]
+	}
 	g.queued.Add(-1)
 }
 
-// enqueue books cost for a caller that must wait and queues it (FIFO);
-// refused (with the error given to the caller) when the queue is full, a
-// pause lasts longer than the caller may wait, or the tokens would come
-// too late.
-func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64) (*waiter, time.Time, error) {
+// enqueue books cost for a caller of class cls that must wait and queues
+// it; refused (with the error given to the caller) when the queue is
+// full, a pause lasts longer than the caller may wait (its class's
+// MaxQueue included), or the tokens would come too late.
+func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64, cls class) (*waiter, time.Time, error) {
 	g.mu.Lock()
 	now := g.now()
 	if g.paused.Load() && !g.pausedUntil.After(now) {
@@ -83,7 +107,7 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64)
 		g.reject(err, ReasonQueueFull, cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
-	budget := g.budget(ctx, now)
+	budget := cls.p.MaxWait(g.budget(ctx, now))
 	pause := g.pausedUntil.Sub(now)
 	if end := g.dimPauseEnd(ch); !end.IsZero() {
 		pause = max(pause, end.Sub(now))
@@ -94,14 +118,14 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64)
 		g.reject(err, ReasonWaitTooLong, cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
-	res, dres, ready, err := g.bookLocked(now, cost, ch, budget)
+	res, dres, ready, err := g.bookLocked(now, cost, ch, budget, cls.p.Reserve)
 	if err != nil {
 		g.mu.Unlock()
 		err = fmt.Errorf("%q: %w", g.name, err)
 		g.reject(err, ReasonWaitTooLong, cost, attempt, 0)
 		return nil, time.Time{}, err
 	}
-	w := &waiter{cost: cost, res: res, ch: ch, dres: dres, ready: ready, wake: make(chan struct{}, 1), attempt: attempt}
+	w := &waiter{cost: cost, res: res, ch: ch, dres: dres, ready: ready, wake: make(chan struct{}, 1), attempt: attempt, cls: cls}
 	if budget != time.Duration(math.MaxInt64) {
 		w.limit = now.Add(budget)
 	}
@@ -113,9 +137,11 @@ func (g *Gate) enqueue(ctx context.Context, cost int64, attempt int, ch []int64)
 }
 
 // bookLocked books cost and the charges ch (nil: none) at now within
-// budget, all or nothing, and returns when they are all there.
-func (g *Gate) bookLocked(now time.Time, cost int64, ch []int64, budget time.Duration) (*bucket.Reservation, []*bucket.Reservation, time.Time, error) {
-	res, err := g.b.ReserveAt(now, cost, budget)
+// budget and the share of a class whose reserve is ppm
+// (bucket.ReserveClassAt), all or nothing, and returns when they are all
+// there.
+func (g *Gate) bookLocked(now time.Time, cost int64, ch []int64, budget time.Duration, ppm uint32) (*bucket.Reservation, []*bucket.Reservation, time.Time, error) {
+	res, err := g.b.ReserveClassAt(now, cost, budget, ppm)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
@@ -125,7 +151,7 @@ func (g *Gate) bookLocked(now time.Time, cost int64, ch []int64, budget time.Dur
 	}
 	dres := make([]*bucket.Reservation, len(g.dims))
 	for i, d := range g.dims {
-		if dres[i], err = d.b.ReserveAt(now, ch[i], budget); err != nil {
+		if dres[i], err = d.b.ReserveClassAt(now, ch[i], budget, ppm); err != nil {
 			cancelAll(res, dres[:i])
 			return nil, nil, time.Time{}, fmt.Errorf("dimension %q: %w", d.name, err)
 		}
@@ -205,8 +231,11 @@ func (g *Gate) wait(ctx context.Context, w *waiter, start time.Time) error {
 }
 
 // removeLocked takes w out of the queue (if it is still there), returns its
-// tokens exactly, and books the waiters behind it again so that they move
-// forward.
+// tokens exactly, and books the waiters behind it again (each within its
+// class's share) so that they move forward. Every cancel is exact
+// whatever the order of the bookings (bucket.Reservation.Cancel), so a
+// waiter admitted out of arrival order (a higher class passing a lower
+// one) changes nothing here.
 func (g *Gate) removeLocked(w *waiter) {
 	i := 0
 	for i < len(g.queue) && g.queue[i] != w {
@@ -214,7 +243,7 @@ func (g *Gate) removeLocked(w *waiter) {
 	}
 	inQueue := i < len(g.queue)
 	if !inQueue {
-		i = -1 // admitted already: every waiter was booked after it
+		i = -1 // admitted already: book every waiter again (the earlier ones only keep their place)
 	}
 	behind := append([]*waiter(nil), g.queue[i+1:]...)
 	for j := len(behind) - 1; j >= 0; j-- {
@@ -230,7 +259,7 @@ func (g *Gate) removeLocked(w *waiter) {
 		if v.err != nil {
 			continue
 		}
-		r, dres, ready, err := g.bookLocked(now, v.cost, v.ch, time.Duration(math.MaxInt64))
+		r, dres, ready, err := g.bookLocked(now, v.cost, v.ch, time.Duration(math.MaxInt64), v.cls.p.Reserve)
 		if err != nil {
 			// Cannot happen (the same tokens just came back), but if it did
 			// the waiter fails rather than run unpaid.
