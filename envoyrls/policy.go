@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/answer"
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/store/book"
 )
 
 // PolicyService implements rls.RateLimitServiceServer with a sluice
@@ -32,10 +33,15 @@ import (
 // aside (limiter.Request.Spec), each distinct limit compiled once and at
 // most MaxOverrideLimits of them; 0 requests per unit refuses the
 // descriptor, and the whole call takes nothing.
+//
+// A policy limit with envoy_settle reserves and settles through the
+// service, given a book (SetSettleBook; settle.go): the entry named by its
+// by carries the request's id and is never part of a key.
 type PolicyService struct {
 	rls.UnimplementedRateLimitServiceServer
-	l  *limiter.Limiter
-	ov overrides
+	l    *limiter.Limiter
+	ov   overrides
+	book book.Book // where envoy_settle bookings live (settle.go); nil: none
 }
 
 // PriorityEntry is the descriptor entry that names a request's priority
@@ -62,6 +68,8 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 	classes := len(s.l.Policy().Priorities) > 0
 	own := make([]*Limit, len(reqs)) // each descriptor's own limit, if any
 	zero := false                    // one of them is 0 per unit: refused, nothing taken
+	bys := s.l.Policy().SettleBy()   // envoy_settle's id entries (never part of a key)
+	var ids settleIDs
 	for i, d := range req.GetDescriptors() {
 		if err := checkEntries(i, d.GetEntries()); err != nil {
 			return nil, err
@@ -72,6 +80,13 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 			if e.GetKey() == PriorityEntry && classes {
 				lr.Priority = e.GetValue() // (the class, never part of a key)
 				continue
+			}
+			if len(bys) > 0 {
+				if ok, err := ids.settleEntry(bys, i, len(reqs), e.GetKey(), e.GetValue()); err != nil {
+					return nil, err
+				} else if ok {
+					continue
+				}
 			}
 			desc[e.GetKey()] = e.GetValue()
 		}
@@ -93,12 +108,17 @@ func (s *PolicyService) ShouldRateLimit(ctx context.Context, req *rls.RateLimitR
 		}
 		reqs[i] = lr
 	}
+	bk, settled, err := s.settleBegin(ctx, req, reqs, &ids)
+	if settled != nil || err != nil {
+		return settled, err
+	}
 	if zero {
 		for i := range reqs {
 			reqs[i].Peek = true
 		}
 	}
 	res, err := s.l.CheckMany(ctx, reqs)
+	bk.finish(ctx, res, err)
 	var ce *limiter.CostError
 	switch {
 	case errors.As(err, &ce):

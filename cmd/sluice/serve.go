@@ -335,7 +335,9 @@ func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *qu
 			}
 			impl = s.svc
 		} else {
-			impl = envoyrls.NewPolicyService(s.lim)
+			ps := envoyrls.NewPolicyService(s.lim)
+			ps.SetSettleBook(s.settle)
+			impl = ps
 		}
 		var opts []grpc.ServerOption
 		if s.c.rl != nil {
@@ -367,6 +369,7 @@ type service struct {
 	otel                  *otelState           // --otel's; nil without
 	srv                   *server.Server       // the HTTP service (its audit log)
 	usage                 *usage               // --usage-export's; nil without
+	settle                book.Book            // the gRPC policy mode's envoy_settle bookings (serve_settle.go)
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -433,6 +436,9 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 		// Bounded by --store-timeout and following the failover circuit:
 		// kept in process while Redis is unreachable.
 		bk = failover.NewBook(shared.failover, redisstore.NewBook(shared.redis, bookCfg), bookCfg)
+	}
+	if s.p != nil && s.c.GRPC != "" {
+		s.settle = s.settleBook(shared)
 	}
 	cfg := server.Config{
 		Limiter: s.lim, Gatherer: reg, Registerer: reg, AuthTokens: tokens, MaxBodyBytes: c.MaxBody, MaxWait: c.MaxWait, NoWait: c.MaxWait == 0,
