@@ -75,6 +75,7 @@ type Limiter struct {
 	st        store.Store
 	kb        store.KeyBorrower // st, when it lends keys; else nil
 	tt        timedTaker        // kb, when it decides at a reading of ours; else nil
+	ht        heldTaker         // kb, when it decides plain buckets it holds apart (limiter/fast.go); else nil
 	log       *slog.Logger
 	reg       prometheus.Registerer
 	keys      KeyObserver
@@ -113,6 +114,7 @@ type compiled struct {
 	anyIx    bool             // a Set is applied (ix holds Indexes)
 	ovc      []*ovCache       // per limit: its cache of resolved overrides (nil: none)
 	adapt    []*adaptiveLimit // per limit: its adaptive ceilings (nil: no limit is adaptive; limiter/adaptive.go)
+	fast     *fastPlan        // the fast path's plan (nil: none; limiter/fast.go), while no Set is applied (anyIx)
 }
 
 type metrics struct {
@@ -144,6 +146,7 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 	l.kb, _ = s.(store.KeyBorrower)
 	if l.kb != nil {
 		l.tt, _ = s.(timedTaker)
+		l.ht, _ = s.(heldTaker)
 	}
 	for _, o := range opts {
 		o(l)
@@ -255,6 +258,7 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 	if err := c.adaptives(); err != nil {
 		return err
 	}
+	c.fast = l.newFastPlan(c)
 	l.withOverrides(c)
 	l.compiled.Store(c)
 	return nil
@@ -368,6 +372,9 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		sc.now = start
 	}
 	c := l.compiled.Load()
+	if c.fast != nil && !c.anyIx && fastRequest(&req) && l.checkFast(ctx, c, c.fast, &req, res, sc, start, timed) {
+		return nil
+	}
 	// Borrowed keys when the store copies what it keeps (and hands back
 	// keys it owns). (The items of the last check stay in the scratch
 	// until the next one overwrites them: keys the store owns, a few at

@@ -1,0 +1,141 @@
+// The fast path of a decision on token buckets the store already holds
+// (TakeHeldAt): no key created, evicted or converted, no booking.
+
+package memstore
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/store"
+)
+
+// maxHeld is the most items TakeHeldAt decides (its arrays are on the
+// stack).
+const maxHeld = 8
+
+// TakeHeldAt is TakeBorrowedAt (at nil: the store's clock) for a request
+// whose every item is a plain token bucket — Spec.Kind TokenBucket, no
+// BlockFor nor FairShare, no Base, no MaxWait, no Reserve, a valid cost (0 to the
+// capacity), keys distinct — on a key the store holds, when no key of
+// the shards involved is kept under another spec than its usual one
+// (respec.go): then it decides exactly as TakeBorrowedAt, in the same
+// order of locks, and returns ok. Every item's Decision and Wait are set,
+// and its Key becomes the store's copy; RefundBefore is not set (callers
+// that settle use TakeBorrowedAt). Otherwise (a new key, a closed store,
+// more than 8 items, an item of another shape) it returns false having
+// changed nothing but the use marks of the keys it found (which
+// TakeBorrowedAt sets again): the caller then calls TakeBorrowedAt.
+func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, bool) {
+	n := len(items)
+	if n == 0 || n > maxHeld || s.closed.Load() {
+		return store.Result{}, false
+	}
+	for i := range items {
+		if it := &items[i]; it.Spec.Kind != store.TokenBucket || it.Spec.BlockFor != 0 || it.Spec.FairShare != nil || it.Base != nil || it.MaxWait > 0 || it.Reserve != 0 {
+			return store.Result{}, false
+		}
+	}
+	d, wall := s.nowAt(at)
+	now := store.Now{Mono: d, Wall: s.wall(wall, d)}
+	if n == 1 {
+		return s.takeHeld1(&items[0], d, now)
+	}
+	var hashes [maxHeld]uint64
+	var at8, locked [maxHeld]int
+	var ents [maxHeld]*tentry
+	var next [maxHeld]entry
+	nl := 0
+	for i := range items {
+		h := s.hash(items[i].Key)
+		x := shardOf(h)
+		hashes[i], at8[i] = h, x
+		// insertion into locked, ascending and without repeats
+		j := nl
+		for j > 0 && locked[j-1] > x {
+			j--
+		}
+		if j > 0 && locked[j-1] == x {
+			continue
+		}
+		copy(locked[j+1:nl+1], locked[j:nl])
+		locked[j] = x
+		nl++
+	}
+	lk := locked[:nl]
+	for _, x := range lk {
+		s.shards[x].mu.Lock()
+	}
+	for _, x := range lk {
+		if len(s.shards[x].specs) > 0 {
+			s.unlock(lk)
+			return store.Result{}, false
+		}
+	}
+	for i := range items {
+		e := s.shards[at8[i]].m.get(hashes[i], items[i].Key)
+		if e == nil {
+			s.unlock(lk)
+			return store.Result{}, false
+		}
+		ents[i] = e
+	}
+	res := store.Result{Allowed: true}
+	for i := range items {
+		it := &items[i]
+		st, dec := it.Spec.Step(ents[i].st, true, now, it.Cost)
+		next[i] = entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}
+		it.Decision, it.Wait = dec, 0
+		res.Allowed = res.Allowed && dec.Allowed
+	}
+	if !res.Allowed {
+		// As refuseMany: nothing taken; an item that alone would admit
+		// reports its state as it is.
+		for i := range items {
+			it := &items[i]
+			if it.Decision.Allowed && it.Cost > 0 {
+				_, dec := it.Spec.Step(ents[i].st, true, now, 0)
+				dec.Allowed, dec.RetryAfter = true, 0
+				it.Decision = dec
+			}
+			it.Key = ents[i].key
+		}
+		s.unlock(lk)
+		return res, true
+	}
+	for i := range items { // as commitMany
+		e := ents[i]
+		e.entry = next[i]
+		s.shards[at8[i]].m.holdIdle(e)
+		items[i].Key = e.key
+	}
+	for _, x := range lk {
+		s.sweep(&s.shards[x], d)
+	}
+	s.unlock(lk)
+	return res, true
+}
+
+// takeHeld1 is TakeHeldAt for one item, as take1 decides it.
+func (s *Store) takeHeld1(it *store.Item, d int64, now store.Now) (store.Result, bool) {
+	h := s.hash(it.Key)
+	shd := &s.shards[shardOf(h)]
+	shd.mu.Lock()
+	if len(shd.specs) > 0 {
+		shd.mu.Unlock()
+		return store.Result{}, false
+	}
+	e := shd.m.get(h, it.Key)
+	if e == nil {
+		shd.mu.Unlock()
+		return store.Result{}, false
+	}
+	st, dec := it.Spec.Step(e.st, true, now, it.Cost)
+	it.Decision, it.Wait, it.Key = dec, 0, e.key
+	if dec.Allowed {
+		e.entry = entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}
+		shd.m.holdIdle(e)
+	}
+	s.sweep(shd, d)
+	shd.mu.Unlock()
+	return store.Result{Allowed: dec.Allowed}, true
+}
