@@ -64,7 +64,7 @@ func blockable(parse func(f *limitFields, l *Limit)) func(f *limitFields, l *Lim
 }
 
 // commonFields are the fields every kind of limit takes.
-var commonFields = []string{"name", "key", "when", "algorithm", "hash_tag", "on_store_error", "shadow", "new_key_gate", "unit", "adaptive", "alerts", "envoy_settle"}
+var commonFields = []string{"name", "key", "when", "algorithm", "hash_tag", "on_store_error", "shadow", "new_key_gate", "unit", "adaptive", "alerts", "envoy_settle", "fair_share"}
 
 // ParseKind returns the Kind whose String is s (store.ParseKind).
 func ParseKind(s string) (Kind, error) { return store.ParseKind(s) }

@@ -145,6 +145,11 @@ type Limit struct {
 	// through Envoy's RateLimitService (policy/envoysettle.go); nil: not.
 	EnvoySettle *EnvoySettle
 
+	// FairShare (fair_share), for a token bucket, divides its refill
+	// between tenants while it is contended (policy/fairshare.go); nil:
+	// none. Its store part is Limit.Limit.FairShare.
+	FairShare *FairShare
+
 	// Line is where the limit starts in the file.
 	Line int
 

@@ -339,6 +339,7 @@ func (v *validator) limit(n *yaml.Node) *Limit {
 		kindDefs[kind].parse(f, l)
 		f.adaptive(l)
 		f.envoySettle(l)
+		f.fairShare(l)
 	}
 	f.unknownFields(kind, known)
 	if f.failed() {
