@@ -247,6 +247,7 @@ func Table(cfg Config, rows []Row) string {
 // at the key's first request.
 type provider struct {
 	rpm, tpm int64
+	rburst   int64 // the requests bucket's capacity; 0: a minute's worth (priority.go sets it)
 	mu       sync.Mutex
 	keys     map[string]*[2]*rate.Limiter
 	first    time.Time
@@ -276,8 +277,12 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	lims := p.keys[r.Header.Get("Authorization")]
 	if lims == nil {
+		burst := p.rpm
+		if p.rburst > 0 {
+			burst = p.rburst
+		}
 		lims = &[2]*rate.Limiter{
-			rate.NewLimiter(rate.Limit(float64(p.rpm)/60), int(p.rpm)),
+			rate.NewLimiter(rate.Limit(float64(p.rpm)/60), int(burst)),
 			rate.NewLimiter(rate.Limit(float64(p.tpm)/60), int(p.tpm)),
 		}
 		p.keys[r.Header.Get("Authorization")] = lims
@@ -341,6 +346,9 @@ type report struct {
 // workerMain is one worker: -concurrency callers through one gate (shared
 // through Redis, or its own) until -seconds have passed.
 func workerMain(args []string, out io.Writer) error {
+	if len(args) > 0 && args[0] == "priority" {
+		return priorityWorker(args[1:], out) // (priority.go)
+	}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	providerURL := fs.String("provider", "", "")
 	redisAddr := fs.String("redis", "", "")
