@@ -20,6 +20,10 @@
 //
 //	cd bench && GOWORK=off go run ./llmproof [-seconds 20] [-workers 4] [-rpm 3000] [-tpm 600000] [-share 0.95]
 //
+// TestProofPriorities (priority.go) runs the same provider against one
+// shared gate with priority classes: 2 processes of interactive calls, 2
+// flooding it with batch calls (issue 28).
+//
 // It starts a redis-server of its own on a free loopback port (or uses
 // -redis host:port) and stops it. The provider's allowance over a row is
 // its buckets' capacity plus their refill from the row's first request to
