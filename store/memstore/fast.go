@@ -6,6 +6,8 @@ package memstore
 import (
 	"time"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -35,10 +37,9 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 			return store.Result{}, false
 		}
 	}
-	d, wall := s.nowAt(at)
-	now := store.Now{Mono: d, Wall: s.wall(wall, d)}
+	d, _ := s.nowAt(at) // (a token bucket decides on the monotonic time alone)
 	if n == 1 {
-		return s.takeHeld1(&items[0], d, now)
+		return s.takeHeld1(&items[0], d)
 	}
 	var hashes [maxHeld]uint64
 	var at8, locked [maxHeld]int
@@ -82,7 +83,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 	res := store.Result{Allowed: true}
 	for i := range items {
 		it := &items[i]
-		st, dec := it.Spec.Step(ents[i].st, true, now, it.Cost)
+		st, dec := stepHeld(&it.Spec.Bucket, ents[i].st, d, it.Cost)
 		next[i] = entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}
 		it.Decision, it.Wait = dec, 0
 		res.Allowed = res.Allowed && dec.Allowed
@@ -93,7 +94,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 		for i := range items {
 			it := &items[i]
 			if it.Decision.Allowed && it.Cost > 0 {
-				_, dec := it.Spec.Step(ents[i].st, true, now, 0)
+				_, dec := stepHeld(&it.Spec.Bucket, ents[i].st, d, 0)
 				dec.Allowed, dec.RetryAfter = true, 0
 				it.Decision = dec
 			}
@@ -116,7 +117,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 }
 
 // takeHeld1 is TakeHeldAt for one item, as take1 decides it.
-func (s *Store) takeHeld1(it *store.Item, d int64, now store.Now) (store.Result, bool) {
+func (s *Store) takeHeld1(it *store.Item, d int64) (store.Result, bool) {
 	h := s.hash(it.Key)
 	shd := &s.shards[shardOf(h)]
 	shd.mu.Lock()
@@ -129,7 +130,7 @@ func (s *Store) takeHeld1(it *store.Item, d int64, now store.Now) (store.Result,
 		shd.mu.Unlock()
 		return store.Result{}, false
 	}
-	st, dec := it.Spec.Step(e.st, true, now, it.Cost)
+	st, dec := stepHeld(&it.Spec.Bucket, e.st, d, it.Cost)
 	it.Decision, it.Wait, it.Key = dec, 0, e.key
 	if dec.Allowed {
 		e.entry = entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}
@@ -138,4 +139,13 @@ func (s *Store) takeHeld1(it *store.Item, d int64, now store.Now) (store.Result,
 	s.sweep(shd, d)
 	shd.mu.Unlock()
 	return store.Result{Allowed: dec.Allowed}, true
+}
+
+// stepHeld is Spec.Step for a token bucket's existing state, as
+// store.stepBucket decides it (written out: a State holds a bucket's TAT,
+// origin and phase).
+func stepHeld(p *bucket.Params, st store.State, d, cost int64) (store.State, sluice.Decision) {
+	tat, origin, phase := store.BucketState(p, st[0], st[1], uint64(st[2]), true, d)
+	nt, dec := p.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, cost)
+	return store.State{nt, origin, int64(phase)}, dec
 }

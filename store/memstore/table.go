@@ -74,9 +74,10 @@ func (t *table) get(h uint64, key string) *tentry {
 			return nil
 		}
 		if s&^indexMask == tag && s&indexMask != tomb {
-			if i := s&indexMask - 1; t.at(i).key == key {
+			i := s&indexMask - 1
+			if e := t.at(i); e.key == key {
 				t.marks[i>>6] |= 1 << (i & 63) // a use
-				return t.at(i)
+				return e
 			}
 		}
 	}
