@@ -31,7 +31,8 @@ type scratch struct {
 	// takes one (timedTaker)
 	now     time.Time
 	clocked bool
-	rng     uint64 // the latency sampler's state (sample)
+	rng     uint64      // the latency sampler's state (sample)
+	fast    fastScratch // the fast path's (limiter/fast.go)
 }
 
 func newScratch() *scratch {
@@ -128,6 +129,9 @@ func (c *compiled) plan(req *Request, sc *scratch, res *Result, borrow bool) ([]
 		which, ends, user = append(which, i), append(ends, len(key)), append(user, userKey)
 		limits = append(limits, c.status[i])
 		limits[len(limits)-1].TokenCost = shown
+		if lim.FairShare != nil {
+			c.share(&items[len(items)-1], &limits[len(limits)-1], lim, req) // (fairshare.go)
+		}
 	}
 	sc.which, sc.ends, sc.user, sc.key, sc.odd = which, ends, user, key, false
 	if len(sc.rules) > 0 {

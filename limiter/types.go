@@ -131,6 +131,9 @@ type LimitStatus struct {
 	// {"match": ...}. Capacity, RefillPerSecond, Window and Period are the
 	// limit in force under it.
 	Override *overrides.Rule `json:"-"`
+	// FairShare is, for a limit with a fair_share, the tenant the request
+	// counted for and its weight (limiter/fairshare.go); zero otherwise.
+	FairShare ShareStatus `json:"fair_share,omitzero"`
 }
 
 // overrideJSON is how a status shows its override.
@@ -152,6 +155,7 @@ func (s LimitStatus) MarshalJSON() ([]byte, error) {
 	if s.BlockFor > 0 {
 		bf = s.BlockFor.String()
 	}
+	s.FairShare.Refused = s.ShareRefused()
 	return json.Marshal(struct {
 		plain
 		RetryAfterMS int64         `json:"retry_after_ms"`
