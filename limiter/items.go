@@ -31,8 +31,7 @@ type scratch struct {
 	// takes one (timedTaker)
 	now     time.Time
 	clocked bool
-	rng     uint64      // the latency sampler's state (sample)
-	fast    fastScratch // the fast path's (limiter/fast.go)
+	rng     uint64 // the latency sampler's state (sample)
 }
 
 func newScratch() *scratch {
