@@ -11,6 +11,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/keyesc"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
@@ -37,15 +40,24 @@ type fastPlan struct {
 // decides at most 8 items).
 const maxFast = 8
 
-// fastLimit is one limit's renderer: its when as pairs, its key's prefix
-// (name and state tag, keyPrefix) and its template's parts.
+// fastLimit is one limit's renderer — its when as pairs, its key's prefix
+// (name and state tag, keyPrefix) with the template's leading literal
+// (head), and the template's other parts — with its spec, the fields of
+// its status (the others are zero: newFastPlan checks it) and counters.
 type fastLimit struct {
-	i        int
-	when     []fastPair
-	prefix   string
-	parts    []fastPart
-	spec     *store.Spec
-	capacity int64
+	i         int
+	when      []fastPair
+	prefix    string // keyPrefix: the status's key starts after it
+	head      string // prefix and the template's leading literal
+	parts     []fastPart
+	one       string // the one placeholder after head, when the limit has no when and nothing else
+	spec      *store.Spec
+	name      string
+	algorithm string
+	capacity  int64
+	rate      float64
+	counters  *[3][2]prometheus.Counter // c.counters[i]
+	near      prometheus.Counter
 }
 
 type fastPair struct{ k, v string }
@@ -76,13 +88,28 @@ func (l *Limiter) newFastPlan(c *compiled) *fastPlan {
 		if !fastSpec(sp) || c.shadow[i] || c.conc[i] || lim.HashTag != "" || lim.Adaptive != nil || sp.Capacity() != c.status[i].Capacity {
 			return nil
 		}
-		fl := fastLimit{i: i, prefix: c.prefix[i], spec: sp, capacity: c.status[i].Capacity}
+		st := c.status[i]
+		if st != (LimitStatus{Name: st.Name, Algorithm: st.Algorithm, Capacity: st.Capacity, RefillPerSecond: st.RefillPerSecond}) {
+			return nil
+		}
+		fl := fastLimit{i: i, prefix: c.prefix[i], head: c.prefix[i], spec: sp, name: st.Name, algorithm: st.Algorithm,
+			capacity: st.Capacity, rate: st.RefillPerSecond, counters: &c.counters[i], near: c.near[i]}
 		for k, v := range lim.When {
 			fl.when = append(fl.when, fastPair{k, v})
 		}
 		slices.SortFunc(fl.when, func(a, b fastPair) int { return strings.Compare(a.k, b.k) })
 		var ok bool
-		if fl.parts, ok = fastParts(lim.Key); !ok || !fl.rendersAs(lim) {
+		if fl.parts, ok = fastParts(lim.Key); !ok {
+			return nil
+		}
+		if len(fl.parts) > 0 && fl.parts[0].name == "" {
+			fl.head += fl.parts[0].lit
+			fl.parts = fl.parts[1:]
+		}
+		if len(fl.parts) == 1 && fl.parts[0].name != "" && len(fl.when) == 0 {
+			fl.one = fl.parts[0].name
+		}
+		if !fl.rendersAs(lim) {
 			return nil
 		}
 		f.limits = append(f.limits, fl)
@@ -155,13 +182,20 @@ func (f *fastLimit) rendersAs(lim *policy.Limit) bool {
 // template with escaped values) to key; false, and key unchanged in
 // length, when the limit does not apply.
 func (f *fastLimit) appendKey(key []byte, desc map[string]string) ([]byte, bool) {
+	if f.one != "" { // ("name:{x}": one lookup)
+		v, ok := desc[f.one]
+		if !ok {
+			return key, false
+		}
+		return fastEsc.Append(append(key, f.head...), v), true
+	}
 	for _, w := range f.when {
 		if v, ok := desc[w.k]; !ok || v != w.v {
 			return key, false
 		}
 	}
 	from := len(key)
-	key = append(key, f.prefix...)
+	key = append(key, f.head...)
 	for _, p := range f.parts {
 		if p.name == "" {
 			key = append(key, p.lit...)
@@ -174,6 +208,14 @@ func (f *fastLimit) appendKey(key []byte, desc map[string]string) ([]byte, bool)
 		key = fastEsc.Append(key, v)
 	}
 	return key, true
+}
+
+// fastScratch is the fast path's working space in a check's scratch: its
+// items (only Key, Spec and Cost are written here, the store writes
+// Decision and Wait; the other fields stay zero) and each one's limit.
+type fastScratch struct {
+	items [maxFast]store.Item
+	which [maxFast]int
 }
 
 // checkFast decides req on c's fast plan f, as check would (the same
@@ -189,7 +231,9 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 			cost = c.p.Cost(desc)
 		}
 	}
-	items, which, ends, key := sc.items[:0], sc.which[:0], sc.ends[:0], sc.key[:0]
+	fs := &sc.fast
+	var ends [maxFast]int
+	n, key := 0, sc.key[:0]
 	for k := range f.limits {
 		fl := &f.limits[k]
 		var ok bool
@@ -200,19 +244,20 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 			sc.key = key[:0]
 			return false // (a *CostError)
 		}
-		items = append(items, store.Item{Spec: fl.spec, Cost: cost})
-		which, ends = append(which, fl.i), append(ends, len(key))
+		fs.which[n], ends[n] = k, len(key)
+		n++
 	}
 	sc.key = key
-	if len(items) == 0 {
+	if n == 0 {
 		return false
 	}
+	items := fs.items[:n]
 	from := 0
 	for j := range items {
-		items[j].Key = unsafe.String(&key[from], ends[j]-from)
+		it := &items[j]
+		it.Key, it.Spec, it.Cost = unsafe.String(&key[from], ends[j]-from), f.limits[fs.which[j]].spec, cost
 		from = ends[j]
 	}
-	sc.items, sc.which, sc.ends = items, which, ends
 	var now *time.Time
 	if timed {
 		now = &sc.now
@@ -222,16 +267,66 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 		return false
 	}
 	limits := res.Limits[:0]
-	res.RetryAfter = 0
-	for j := range items {
-		limits = append(limits, c.status[which[j]])
-		st, d := &limits[j], &items[j].Decision
-		st.TokenCost = cost
-		st.Key = items[j].Key[len(c.prefix[which[j]]):]
-		st.Allowed, st.TokensRemaining, st.RetryAfter, st.ResetAfter = d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter
-		res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
+	if cap(limits) < n {
+		limits = make([]LimitStatus, 0, n)
 	}
-	res.Allowed, res.Limits, res.Cost, res.Wait = r.Allowed, limits, cost, 0
-	l.observe(ctx, c, which, res, req, start, timed)
+	limits = limits[:n]
+	var retry time.Duration
+	for j := range items {
+		fl, d := &f.limits[fs.which[j]], &items[j].Decision
+		fl.writeStatus(&limits[j], items[j].Key[len(fl.prefix):], cost, d)
+		retry = max(retry, d.RetryAfter)
+	}
+	res.Allowed, res.Limits, res.Cost, res.RetryAfter = r.Allowed, limits, cost, retry
+	l.observeFast(ctx, c, f, sc, res, req, start, timed)
 	return true
+}
+
+// writeStatus writes the limit's status after decision d into *st: every
+// field, each one as the general path leaves it for such a limit (a
+// struct literal would be built aside and copied; TestFastStatusFields
+// fails when LimitStatus gains a field this does not write).
+func (f *fastLimit) writeStatus(st *LimitStatus, key string, cost int64, d *sluice.Decision) {
+	st.Name, st.Key, st.Algorithm, st.Capacity, st.RefillPerSecond = f.name, key, f.algorithm, f.capacity, f.rate
+	st.AdaptiveRefill, st.TokensRemaining, st.TokenCost, st.Allowed = 0, d.Remaining, cost, d.Allowed
+	st.Shadow, st.ShadowRefused, st.Denied, st.NearLimit, st.Priority, st.FairShare = false, false, false, false, "", ShareStatus{}
+	st.RetryAfter, st.BlockFor, st.ResetAfter, st.Period, st.Window, st.Override = d.RetryAfter, 0, d.ResetAfter, "", 0, nil
+}
+
+// observeFast is observe for a check of the fast path: the same counters,
+// logs and key observations, in the same order.
+func (l *Limiter) observeFast(ctx context.Context, c *compiled, f *fastPlan, sc *scratch, res *Result, req *Request, start time.Time, timed bool) {
+	if timed {
+		l.m.latency.Observe(time.Since(start).Seconds())
+	}
+	attempt := byOriginal
+	if req.Retry {
+		attempt = byRetry
+	}
+	which := &sc.fast.which
+	for j := range res.Limits {
+		st, fl := &res.Limits[j], &f.limits[which[j]]
+		if st.Allowed {
+			fl.counters[byAdmitted][attempt].Inc()
+			if res.Allowed && float64(st.TokensRemaining) < NearLimitShare*float64(st.Capacity) {
+				fl.near.Inc()
+			}
+		} else {
+			fl.counters[byRejected][attempt].Inc()
+			if l.log != nil {
+				l.logRefusal(ctx, c, fl.i, st, req)
+			}
+		}
+		if l.keys != nil {
+			key := st.Key
+			if len(c.p.Redact) > 0 {
+				key, _ = c.p.DisplayKey(c.p.Limits[fl.i], req.Descriptors)
+			}
+			admitted := int64(0)
+			if res.Allowed {
+				admitted = st.TokenCost
+			}
+			l.keys.ObserveKey(st.Name, key, admitted, !st.Allowed, false)
+		}
+	}
 }

@@ -278,3 +278,25 @@ func TestFastPlanEligibility(t *testing.T) {
 		t.Errorf("under an override Set the fast path was tried %d times", hc.calls)
 	}
 }
+
+// TestFastStatusFields: writeStatus writes every field of a LimitStatus
+// (a field added to it must be written there too): a status full of
+// garbage comes out as the general path's.
+func TestFastStatusFields(t *testing.T) {
+	if n := reflect.TypeOf(LimitStatus{}).NumField(); n != 21 {
+		t.Fatalf("LimitStatus has %d fields: update fastLimit.writeStatus (and this count)", n)
+	}
+	p, _ := policy.Parse([]byte(fastPolicy1))
+	l, _ := New(p, memstore.New())
+	c := l.compiled.Load()
+	st := LimitStatus{Name: "x", Key: "y", Algorithm: "z", Capacity: 9, RefillPerSecond: 9, AdaptiveRefill: 9, TokensRemaining: 9,
+		TokenCost: 9, Allowed: true, Shadow: true, ShadowRefused: true, Denied: true, NearLimit: true, Priority: "p",
+		RetryAfter: 9, BlockFor: 9, ResetAfter: 9, Period: "day", Window: 9, Override: &overrides.Rule{},
+		FairShare: ShareStatus{Tenant: "t", Weight: 9, Refused: true}}
+	c.fast.limits[0].writeStatus(&st, "k", 3, &sluice.Decision{Allowed: true, Remaining: 4, ResetAfter: 5})
+	want := c.status[0]
+	want.Key, want.TokenCost, want.Allowed, want.TokensRemaining, want.ResetAfter = "k", 3, true, 4, 5
+	if st != want {
+		t.Fatalf("writeStatus: %+v, want %+v", st, want)
+	}
+}
