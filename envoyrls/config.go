@@ -50,6 +50,7 @@ import (
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/suggest"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -70,8 +71,9 @@ type Node struct {
 	ValueToMetric  bool // value_to_metric
 	ShareThreshold bool // share_threshold: values matching the wildcard share one bucket
 
-	wild []string                 // Value split at each *, when it has one
-	ref  atomic.Pointer[refCache] // where the reference's metrics count it, once known
+	wild     []string                 // Value split at each *, when it has one
+	settleBy []string                 // a domain's root: the by keys of its envoy_settle limits (settle_config.go)
+	ref      atomic.Pointer[refCache] // where the reference's metrics count it, once known
 }
 
 // Limit is a node's rate_limit.
@@ -81,7 +83,10 @@ type Limit struct {
 	RequestsPerUnit uint32 // 0: every request is over the limit
 	Unlimited       bool
 	Replaces        []string // names of the limits this one replaces when both match
-	spec            *store.Spec
+	// EnvoySettle (envoy_settle, a sluice extension) books and settles the
+	// limit by request id (settle_envoy.go); nil: not.
+	EnvoySettle *policy.EnvoySettle
+	spec        *store.Spec
 }
 
 var units = map[string]struct {
@@ -262,7 +267,7 @@ var (
 	fileFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
-	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
+	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "envoy_settle"}
 	unitNames   = []string{"second", "minute", "hour", "day", "week", "month", "year"}
 )
 
@@ -341,6 +346,7 @@ func (p *parser) file(src []byte) (string, *yaml.Node, *Node) {
 	if dn == nil {
 		p.at(m, "missing domain")
 	}
+	p.settleKeys(m, root)
 	return domain, dn, root
 }
 
@@ -410,6 +416,7 @@ func (p *parser) nodes(seq *yaml.Node, depth int) []*Node {
 		if node.ShareThreshold && node.wild == nil {
 			p.at(share, "share_threshold can only be used with a wildcard value (containing *)")
 		}
+		p.checkSettle(n, node)
 		if l := node.Limit; l != nil {
 			for _, r := range l.Replaces {
 				if r == l.Name && r != "" {
@@ -455,6 +462,8 @@ func (p *parser) limit(n *yaml.Node) *Limit {
 			l.Name = v.Value
 		case "replaces":
 			l.Replaces = p.replaces(v)
+		case "envoy_settle":
+			l.EnvoySettle = p.envoySettle(v)
 		default:
 			p.at(k, "unknown field %q in rate_limit%s", k.Value, suggest.DidYouMean(k.Value, limitFields))
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/keyesc"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/book"
 )
 
 // Service implements rls.RateLimitServiceServer over a store.
@@ -34,6 +35,7 @@ type Service struct {
 	ref       *refStats              // the reference's metrics; nil: not counted
 	set       chan struct{}          // closed by the first SetConfig
 	setOnce   sync.Once
+	book      book.Book // envoy_settle's bookings (settle_envoy.go); nil: none
 }
 
 // Register counts the service's decisions in reg as
@@ -105,7 +107,8 @@ type applied struct {
 	item  int // index in items (in quota when quota), -1 when not taken (no limit, unlimited, shadow, or over capacity)
 	over  bool
 	shade bool
-	quota bool // a quota_mode descriptor
+	quota bool   // a quota_mode descriptor
+	by    string // the envoy_settle by entry the descriptor carried ("": none)
 }
 
 // ShouldRateLimit implements the RateLimitService.
@@ -125,7 +128,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		s.ref.callError("service_error")
 		return nil, err
 	}
-	if err := c.decide(ctx, s.st); err != nil {
+	bk, settled, err := s.settleBegin(ctx, req, c)
+	if settled != nil || err != nil {
+		return settled, err
+	}
+	err = c.decide(ctx, s.st)
+	bk.finish(ctx, c, err)
+	if err != nil {
 		s.ref.callError("redis_error")
 		return nil, err
 	}
@@ -142,6 +151,7 @@ type rlsCall struct {
 	index, shadowIx      map[string]int // key -> index in items, in shadow; made when a call has several descriptors
 	overall              rls.RateLimitResponse_Code
 	quotas, quotaOver    int       // quota_mode descriptors of the call, and those over their limit
+	settleID             string    // the request's id, from an envoy_settle by entry ("": none)
 	ref                  *refStats // nil: the reference's metrics are not counted
 }
 
@@ -177,6 +187,15 @@ func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node, ov *overrides) 
 		}
 		entries := ebuf[:0]
 		for _, e := range d.GetEntries() {
+			if len(root.settleBy) > 0 { // (the request's id: never matched)
+				skip, err := c.settleEntry(root.settleBy, i, a, e)
+				if err != nil {
+					return err
+				}
+				if skip {
+					continue
+				}
+			}
 			entries = append(entries, [2]string{e.GetKey(), e.GetValue()})
 		}
 		var node *Node

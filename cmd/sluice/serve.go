@@ -327,6 +327,7 @@ func (s *service) start(st store.Store, h http.Handler, ln net.Listener, gln *qu
 		var impl rls.RateLimitServiceServer
 		if s.p == nil {
 			s.svc = envoyrls.NewService(s.envoy.Load().cfg, st)
+			s.svc.SetSettleBook(s.settle)
 			if err := s.svc.Register(s.reg); err != nil {
 				s.log.Error("metrics: the Envoy service's decisions are not counted", "error", err)
 			}
@@ -369,7 +370,7 @@ type service struct {
 	otel                  *otelState           // --otel's; nil without
 	srv                   *server.Server       // the HTTP service (its audit log)
 	usage                 *usage               // --usage-export's; nil without
-	settle                book.Book            // the gRPC policy mode's envoy_settle bookings (serve_settle.go)
+	settle                book.Book            // the gRPC modes' envoy_settle bookings (serve_settle.go)
 }
 
 // loadConfig reads --config or --envoy-config.
@@ -437,7 +438,7 @@ func (s *service) newServer(st store.Store, shared sharedStore, reg *prometheus.
 		// kept in process while Redis is unreachable.
 		bk = failover.NewBook(shared.failover, redisstore.NewBook(shared.redis, bookCfg), bookCfg)
 	}
-	if s.p != nil && s.c.GRPC != "" {
+	if s.c.GRPC != "" {
 		s.settle = s.settleBook(shared)
 	}
 	cfg := server.Config{

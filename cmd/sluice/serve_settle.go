@@ -1,4 +1,4 @@
-// The policy mode's envoy_settle bookings: where they live and how long.
+// The gRPC modes' envoy_settle bookings: where they live and how long.
 
 package main
 
@@ -8,8 +8,8 @@ import (
 	"github.com/sluicehq/sluice/store/redisstore"
 )
 
-// settleBook is the book of the gRPC policy mode's envoy_settle bookings
-// (envoyrls.PolicyService.SetSettleBook): in Redis when the store is
+// settleBook is the book of the gRPC modes' envoy_settle bookings
+// (envoyrls' SetSettleBook, policy and Envoy-config modes): in Redis when the store is
 // shared (every instance sees a booking, so the stream-done call may reach
 // another one than the request path; kept in process while Redis is
 // unreachable, as the HTTP service's book), else in process. A booking is
