@@ -31,7 +31,8 @@ type scratch struct {
 	// takes one (timedTaker)
 	now     time.Time
 	clocked bool
-	rng     uint64 // the latency sampler's state (sample)
+	rng     uint64      // the latency sampler's state (sample)
+	fast    fastScratch // the fast path's (limiter/fast.go)
 }
 
 func newScratch() *scratch {
