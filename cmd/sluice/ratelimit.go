@@ -53,6 +53,7 @@ type rlSettings struct {
 	stats                              bool   // the reference's metric names (DISABLE_STATS unset)
 	grpcTLS                            *tls.Config
 	grpcMaxConnAge, grpcMaxConnAgeGrce time.Duration
+	warnings                           []rlWarning // variables set that sluice does not act on (ratelimit_redisenv.go)
 }
 
 // envReader reads variables, collecting every problem (each naming its
@@ -285,6 +286,7 @@ func (rs *rlSettings) readRuntime(r *envReader) {
 func (rs *rlSettings) readStore(r *envReader, args []string) []string {
 	backend := strings.ToLower(r.get("BACKEND_TYPE"))
 	addr := r.get("REDIS_URL")
+	rs.checkRedisEnv(r, addr != "")
 	switch {
 	case backend != "" && backend != "redis":
 		r.errs = append(r.errs, fmt.Errorf("BACKEND_TYPE=%q: sluice stores state in Redis (redis) only", backend))

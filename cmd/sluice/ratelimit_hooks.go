@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -37,10 +38,15 @@ type rlHooks struct {
 	cancel   context.CancelFunc
 	wait     func() error
 	svc      atomic.Pointer[envoyrls.Service]
+	log      *slog.Logger       // serve's (loadRatelimit sets it before the first load)
+	skipped  prometheus.Counter // sluice_config_files_skipped_total
 }
 
 func newRLHooks(rs *rlSettings) *rlHooks {
-	h := &rlHooks{rs: rs, xds: rs.xds, grpcOpts: rs.grpcOptions()}
+	h := &rlHooks{rs: rs, xds: rs.xds, grpcOpts: rs.grpcOptions(), log: slog.Default(),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_files_skipped_total",
+			Help: "Entries of sluice ratelimit's runtime directory that a configuration load skipped (a dangling link, a link to a directory, " +
+				"a socket, FIFO or device, an unreadable directory), once per entry and load; each is logged."})}
 	if h.xds && !rs.force {
 		h.grpcOpts = append(h.grpcOpts, grpc.ChainUnaryInterceptor(h.untilConfigured))
 	}
@@ -79,20 +85,25 @@ func (h *rlHooks) configured() bool {
 // directory is not; with RUNTIME_IGNOREDOTFILES=true, names starting with
 // "." are left out. Names starting with ".." (Kubernetes' atomic-writer
 // internals, whose files the visible names link to) are always left out.
-func (h *rlHooks) files() ([]string, error) {
+// Other entries that are not files it can read are skipped, as the
+// reference's loader skips them, and returned in skipped with why.
+func (h *rlHooks) files() (files []string, skipped []rlSkipped, err error) {
 	dir := h.rs.configDir
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("configuration directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY): %w", err)
+		return nil, nil, fmt.Errorf("configuration directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY): %w", err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("configuration directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY) %s is a file", dir)
+		return nil, nil, fmt.Errorf("configuration directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY) %s is a file", dir)
 	}
 	var out []string
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		switch {
-		case err != nil:
+		case err != nil && p == dir:
 			return err
+		case err != nil: // (a directory that cannot be read)
+			skipped = append(skipped, rlSkipped{p, err})
+			return nil
 		case p == dir:
 			return nil
 		case strings.HasPrefix(d.Name(), "..") || h.rs.ignoreDot && strings.HasPrefix(d.Name(), "."):
@@ -103,24 +114,40 @@ func (h *rlHooks) files() ([]string, error) {
 		case d.IsDir():
 			return nil
 		case d.Type()&fs.ModeSymlink != 0:
-			if fi, err := os.Stat(p); err != nil || fi.IsDir() {
-				return nil // dangling, or a directory
+			fi, err := os.Stat(p)
+			switch {
+			case err != nil: // dangling
+				skipped = append(skipped, rlSkipped{p, err})
+				return nil
+			case fi.IsDir():
+				skipped = append(skipped, rlSkipped{p, errors.New("a link to a directory (not followed)")})
+				return nil
+			case !fi.Mode().IsRegular():
+				skipped = append(skipped, rlSkipped{p, fmt.Errorf("a link to a %v, not a regular file", fi.Mode().Type())})
+				return nil
 			}
 		case !d.Type().IsRegular():
+			skipped = append(skipped, rlSkipped{p, fmt.Errorf("a %v, not a regular file", d.Type())})
 			return nil
 		}
 		out = append(out, p)
 		return nil
 	})
 	sort.Strings(out)
-	return out, err
+	return out, skipped, err
+}
+
+// rlSkipped is an entry of the configuration directory a load skipped.
+type rlSkipped struct {
+	path string
+	err  error
 }
 
 // digest hashes the configuration's files (names and contents), to notice
 // changes, a swapped symbolic link included.
 func (h *rlHooks) digest() []byte {
 	sum := sha256.New()
-	files, err := h.files()
+	files, _, err := h.files()
 	if err != nil {
 		fmt.Fprintf(sum, "error %v", err)
 	}
@@ -133,8 +160,14 @@ func (h *rlHooks) digest() []byte {
 }
 
 // load reads the configuration's files; none is an empty configuration.
+// Each entry skipped is logged (a warning "runtime config entry skipped"
+// with "path" and "error", as the reference warns of it) and counted.
 func (h *rlHooks) load() (*envoyrls.Config, error) {
-	files, err := h.files()
+	files, skipped, err := h.files()
+	for _, sk := range skipped {
+		h.skipped.Inc()
+		h.log.Warn("runtime config entry skipped", "path", sk.path, "error", sk.err.Error())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +179,10 @@ func (h *rlHooks) load() (*envoyrls.Config, error) {
 // xDS an empty configuration until the first snapshot.
 func (s *service) loadRatelimit() error {
 	h := s.c.rl
+	h.log = s.log
+	for _, w := range h.rs.warnings {
+		s.log.Warn("environment variable not in effect", "variable", w.variable, "reason", w.reason)
+	}
 	empty := &envoyrls.Config{Domains: map[string]*envoyrls.Node{}}
 	if h.xds {
 		s.envoy.Store(&envoyState{cfg: empty, version: "xds"})
@@ -167,6 +204,9 @@ func (s *service) loadRatelimit() error {
 // service is called once the Envoy service exists, before it serves.
 func (h *rlHooks) service(s *service) {
 	h.svc.Store(s.svc)
+	if err := s.reg.Register(h.skipped); err != nil {
+		s.log.Error("metrics: sluice_config_files_skipped_total is not exported", "error", err)
+	}
 	if !h.rs.stats {
 		return
 	}

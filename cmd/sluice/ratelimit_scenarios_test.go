@@ -417,6 +417,8 @@ func TestRatelimitEnvErrors(t *testing.T) {
 		{map[string]string{"SLUICE_INSTANCES": "0"}, "SLUICE_INSTANCES"},
 		{map[string]string{"REDIS_URL": "127.0.0.1:1", "REDIS_AUTH": "s3cret", "REDIS_POOL_SIZE": "-1"}, "--store-pool-size"},
 		{map[string]string{"REDIS_URL": "127.0.0.1:1", "REDIS_TIMEOUT": "soon"}, "REDIS_TIMEOUT"},
+		{map[string]string{"REDIS_TLS": "yes"}, "REDIS_TLS"}, // (without REDIS_URL too, as the reference)
+		{map[string]string{"REDIS_POOL_SIZE": "ten"}, "REDIS_POOL_SIZE"},
 	} {
 		env := rlEnv(t, root, "")
 		for k, v := range tc.set {

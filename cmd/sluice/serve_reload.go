@@ -71,10 +71,12 @@ func (s *service) reloadEnvoy(why string) {
 	if s.c.rl != nil && s.c.rl.xds {
 		return // (the xDS client sets the configuration)
 	}
-	d := dirDigest(s.c.EnvoyConfig)
+	var d []byte
 	load := func() (*envoyrls.Config, error) { return envoyrls.LoadDir(s.c.EnvoyConfig) }
-	if s.c.rl != nil {
+	if s.c.rl != nil { // (its own files only: dirDigest would block on a FIFO among them)
 		d, load = s.c.rl.digest(), s.c.rl.load
+	} else {
+		d = dirDigest(s.c.EnvoyConfig)
 	}
 	if why == "file change" && bytes.Equal(d, s.last) {
 		return
