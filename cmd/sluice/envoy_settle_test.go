@@ -117,3 +117,65 @@ func TestServeEnvoySettle(t *testing.T) {
 		})
 	}
 }
+
+// settleRuntime is an Envoy ratelimit configuration with envoy_settle:
+// 5,000 tokens a year per user (nothing measurable refills during the
+// test), each request path booking 1,000.
+const settleRuntime = `domain: ai
+descriptors:
+  - key: user
+    rate_limit:
+      name: tokens
+      unit: year
+      requests_per_unit: 5000
+      envoy_settle: {by: request_id, estimate: 1000}
+`
+
+// envoy_settle through two `sluice ratelimit` drop-ins sharing one real
+// redis-server: the stream-done call of each request reaches the other
+// instance than its request path (a booking is in Redis).
+func TestRatelimitEnvoySettleTwoInstances(t *testing.T) {
+	r := redistest.New(t)
+	var cs []rls.RateLimitServiceClient
+	for range 2 {
+		root := filepath.Join(t.TempDir(), "runtime", "current")
+		writeRuntime(t, root, map[string]string{"ratelimit/config/ai.yaml": settleRuntime})
+		cs = append(cs, rlClient(t, startRatelimit(t, rlEnv(t, root, r.Addr))))
+	}
+	var mu sync.Mutex
+	var admitted []int
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if r := settleCall(t, cs[i%2], "u1", "req-"+strconv.Itoa(i), 0); r.OverallCode == rls.RateLimitResponse_OK {
+				mu.Lock()
+				admitted = append(admitted, i)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	sort.Ints(admitted)
+	if len(admitted) != 5 {
+		t.Fatalf("%d admitted on the request path, want 5: %v", len(admitted), admitted)
+	}
+	usage := []uint64{300, 400, 200, 100, 1500}
+	for k, i := range admitted {
+		if r := settleCall(t, cs[(i+1)%2], "u1", "req-"+strconv.Itoa(i), usage[k]); r.OverallCode != rls.RateLimitResponse_OK {
+			t.Fatalf("stream-done of req-%d: %v", i, r)
+		}
+	}
+	for i := range 20 {
+		settleCall(t, cs[(i+1)%2], "u1", "req-"+strconv.Itoa(i), 0) // (settled or refused: nothing more taken)
+	}
+	for k, c := range cs {
+		if r := settleCall(t, c, "u1", "", 0); r.Statuses[0].LimitRemaining != 2500 {
+			t.Fatalf("instance %d: %d left after settling, want 2500: %v", k, r.Statuses[0].LimitRemaining, r)
+		}
+	}
+	for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
+		if r := settleCall(t, cs[i%2], "u1", "next-"+strconv.Itoa(i), 0); r.OverallCode != want {
+			t.Fatalf("next request path %d: %v, want %v", i, r, want)
+		}
+	}
+}
