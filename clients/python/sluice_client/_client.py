@@ -20,10 +20,10 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type
 from ._errors import BadRequest, CostExceedsCapacity, NoLimitApplies, RateLimited, ServiceUnavailable, SluiceError, Unauthorized
 from ._headers import Headers, parse_provider_limits, retry_hint
 from ._overrides import _Overrides
-from ._stats import FeedbackStatus, LimitStats, Stats
+from ._stats import FairShare, FeedbackStatus, LimitStats, Stats
 from ._usage import usage_fields
 
-__all__ = ["Client", "Decision", "FeedbackStatus", "Limit", "LimitStats", "Reservation", "Stats", "Ticket", "trace"]
+__all__ = ["Client", "Decision", "FairShare", "FeedbackStatus", "Limit", "LimitStats", "Reservation", "Stats", "Ticket", "trace"]
 
 Descriptors = Mapping[str, str]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -98,6 +98,8 @@ class Limit:
     retry_after: float = 0.0
     #: seconds until this limit is full again (its period's end for a quota)
     reset_after: float = 0.0
+    #: a ``fair_share`` limit's tenant the request counted for, its weight, and whether its share refused it
+    fair_share: Optional[FairShare] = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ class Decision:
                   near_limit=bool(l.get("near_limit", False)), shadow=bool(l.get("shadow", False)),
                   shadow_refused=bool(l.get("shadow_refused", False)), priority=l.get("priority") or None,
                   period=l.get("period") or None, retry_after=int(l.get("retry_after_ms", 0) or 0) / 1000,
-                  reset_after=int(l.get("reset_after_ms", 0) or 0) / 1000)
+                  reset_after=int(l.get("reset_after_ms", 0) or 0) / 1000, fair_share=FairShare._of(l.get("fair_share")))
             for l in body.get("limits") or []
         ]
         wait = body.get("wait_ms")

@@ -1,12 +1,32 @@
-"""Typed answers of ``POST /v1/feedback`` (FeedbackStatus) and ``GET
-/v1/stats`` (Stats, LimitStats)."""
+"""Typed parts of the service's answers: a status's ``fair_share``
+(FairShare), ``POST /v1/feedback``'s (FeedbackStatus) and ``GET
+/v1/stats``' (Stats, LimitStats)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, List, Mapping, Optional
 
-__all__ = ["FeedbackStatus", "LimitStats", "Stats"]
+__all__ = ["FairShare", "FeedbackStatus", "LimitStats", "Stats"]
+
+
+@dataclass(frozen=True)
+class FairShare:
+    """A ``fair_share`` limit's part of a status: the ``tenant`` the
+    request counted for (its ``by`` descriptor's value; "" for the shared
+    "other" tenant), the tenant's ``weight``, and ``refused`` when the
+    tenant's share refused the request while the bucket alone would have
+    admitted it (the limit is contended: others' shares are kept)."""
+
+    tenant: str
+    weight: int
+    refused: bool = False
+
+    @staticmethod
+    def _of(v: Any) -> "Optional[FairShare]":
+        if not isinstance(v, Mapping):
+            return None
+        return FairShare(tenant=str(v.get("tenant", "")), weight=int(v.get("weight", 0)), refused=bool(v.get("refused", False)))
 
 
 @dataclass(frozen=True)

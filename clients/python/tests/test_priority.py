@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import unittest
 
-from sluice_client import BadRequest, Client, RateLimited
+from sluice_client import BadRequest, Client, FairShare, RateLimited
 
 from ._serve import Serve
 
@@ -21,6 +21,11 @@ limits:
     key: "user:{user}"
     capacity: 10
     refill_per_second: 0.001
+  - name: provider_tpm
+    key: "provider:{provider}"
+    capacity: 10
+    refill_per_second: 0.01
+    fair_share: {by: tenant, weights: {acme: 3}, active_window: 1h}
 """
 
 
@@ -70,6 +75,25 @@ class Priority(unittest.TestCase):
                 pass
         with c.acquire(u, cost=5, max_wait=1, priority="interactive"):
             pass
+
+    def test_fair_share(self) -> None:
+        """Descriptors {provider, tenant}: while the bucket is contended (below
+        half), a tenant is held to its weighted share; the status's
+        fair_share says whose share, its weight, and a refusal by it."""
+        c = Client(srv.url)
+        p = f"p{time.monotonic_ns()}"
+
+        def ask(tenant: str, cost: int) -> "tuple":
+            d = c.check({"provider": p, "tenant": tenant}, cost=cost)
+            return d.allowed, d.limits[0].fair_share
+        self.assertEqual(ask("zed", 1), (True, FairShare("zed", 1)))  # uncontended: 9 left
+        self.assertEqual(ask("acme", 5), (True, FairShare("acme", 3)))  # 4 left: contended
+        self.assertEqual(ask("zed", 1), (True, FairShare("zed", 1)))  # zed's share (1 of 4 of the weight): once
+        self.assertEqual(ask("zed", 1), (False, FairShare("zed", 1, refused=True)))  # not twice
+        for _ in range(3):
+            self.assertEqual(ask("acme", 1), (True, FairShare("acme", 3)))  # acme (3 of 4) takes the rest
+        self.assertEqual(ask("acme", 1), (False, FairShare("acme", 3)))  # the bucket's refusal, not the share's
+        self.assertIsNone(c.check({"user": p}, cost=0).limits[0].fair_share)
 
     def test_limited(self) -> None:
         """limited takes the class (and a usage estimate) as acquire does."""

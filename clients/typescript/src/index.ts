@@ -58,6 +58,15 @@ export interface Limit {
   retryAfter: number;
   /** Seconds until this limit is full again (its period's end for a quota). */
   resetAfter: number;
+  /** A `fair_share` limit's part: the tenant the request counted for, its weight, and whether its share refused it. */
+  fairShare?: FairShare;
+}
+
+/** A `fair_share` limit's part of a status: the `tenant` the request counted for (its `by` descriptor's value; "" for the shared "other" tenant), the tenant's `weight`, and `refused` when the tenant's share refused the request while the bucket alone would have admitted it (the limit is contended: others' shares are kept). */
+export interface FairShare {
+  tenant: string;
+  weight: number;
+  refused: boolean;
 }
 
 /** One adaptive limit's answer to `feedback`. */
@@ -185,6 +194,9 @@ function decision(body: any): Decision {
     ...(l.priority ? { priority: String(l.priority) } : {}),
     ...(l.period ? { period: String(l.period) } : {}),
     retryAfter: Number(l.retry_after_ms ?? 0) / 1000, resetAfter: Number(l.reset_after_ms ?? 0) / 1000,
+    ...(l.fair_share && typeof l.fair_share === "object"
+      ? { fairShare: { tenant: String(l.fair_share.tenant ?? ""), weight: Number(l.fair_share.weight ?? 0), refused: Boolean(l.fair_share.refused) } }
+      : {}),
   }));
   return {
     allowed: Boolean(body?.allowed),
