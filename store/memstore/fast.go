@@ -44,7 +44,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 	var hashes [maxHeld]uint64
 	var at8, locked [maxHeld]int
 	var ents [maxHeld]*tentry
-	var next [maxHeld]entry
+	var next [maxHeld]store.State
 	nl := 0
 	for i := range items {
 		h := s.hash(items[i].Key)
@@ -58,7 +58,9 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 		if j > 0 && locked[j-1] == x {
 			continue
 		}
-		copy(locked[j+1:nl+1], locked[j:nl])
+		for k := nl; k > j; k-- {
+			locked[k] = locked[k-1]
+		}
 		locked[j] = x
 		nl++
 	}
@@ -83,10 +85,9 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 	res := store.Result{Allowed: true}
 	for i := range items {
 		it := &items[i]
-		st, dec := stepHeld(&it.Spec.Bucket, ents[i].st, d, it.Cost)
-		next[i] = entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}
-		it.Decision, it.Wait = dec, 0
-		res.Allowed = res.Allowed && dec.Allowed
+		next[i] = stepHeld(&it.Spec.Bucket, &ents[i].st, d, it.Cost, &it.Decision)
+		it.Wait = 0
+		res.Allowed = res.Allowed && it.Decision.Allowed
 	}
 	if !res.Allowed {
 		// As refuseMany: nothing taken; an item that alone would admit
@@ -94,9 +95,8 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 		for i := range items {
 			it := &items[i]
 			if it.Decision.Allowed && it.Cost > 0 {
-				_, dec := stepHeld(&it.Spec.Bucket, ents[i].st, d, 0)
-				dec.Allowed, dec.RetryAfter = true, 0
-				it.Decision = dec
+				stepHeld(&it.Spec.Bucket, &ents[i].st, d, 0, &it.Decision)
+				it.Decision.Allowed, it.Decision.RetryAfter = true, 0
 			}
 			it.Key = ents[i].key
 		}
@@ -105,7 +105,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 	}
 	for i := range items { // as commitMany
 		e := ents[i]
-		e.entry = next[i]
+		e.entry = entry{st: next[i], idle: idleAt(d, int64(items[i].Decision.ResetAfter))}
 		s.shards[at8[i]].m.holdIdle(e)
 		items[i].Key = e.key
 	}
@@ -130,22 +130,25 @@ func (s *Store) takeHeld1(it *store.Item, d int64) (store.Result, bool) {
 		shd.mu.Unlock()
 		return store.Result{}, false
 	}
-	st, dec := stepHeld(&it.Spec.Bucket, e.st, d, it.Cost)
-	it.Decision, it.Wait, it.Key = dec, 0, e.key
-	if dec.Allowed {
-		e.entry = entry{st: st, idle: idleAt(d, int64(dec.ResetAfter))}
+	st := stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision)
+	it.Wait, it.Key = 0, e.key
+	ok := it.Decision.Allowed
+	if ok {
+		e.entry = entry{st: st, idle: idleAt(d, int64(it.Decision.ResetAfter))}
 		shd.m.holdIdle(e)
 	}
 	s.sweep(shd, d)
 	shd.mu.Unlock()
-	return store.Result{Allowed: dec.Allowed}, true
+	return store.Result{Allowed: ok}, true
 }
 
-// stepHeld is Spec.Step for a token bucket's existing state, as
+// stepHeld is Spec.Step for a token bucket's existing state *st, as
 // store.stepBucket decides it (written out: a State holds a bucket's TAT,
-// origin and phase).
-func stepHeld(p *bucket.Params, st store.State, d, cost int64) (store.State, sluice.Decision) {
+// origin and phase): it writes the decision into *dec and returns the
+// next state.
+func stepHeld(p *bucket.Params, st *store.State, d, cost int64, dec *sluice.Decision) store.State {
 	tat, origin, phase := store.BucketState(p, st[0], st[1], uint64(st[2]), true, d)
-	nt, dec := p.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, cost)
-	return store.State{nt, origin, int64(phase)}, dec
+	nt, dc := p.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, cost)
+	*dec = dc
+	return store.State{nt, origin, int64(phase)}
 }
