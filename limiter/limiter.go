@@ -118,8 +118,7 @@ type compiled struct {
 }
 
 type metrics struct {
-	decisions *prometheus.CounterVec
-	classed   bool // decisions has the priority label (decisionLabels)
+	decisions *decisionVec // with the priority label from the first policy with classes (decisions.go)
 	latency   prometheus.Histogram
 	errors    prometheus.Counter
 	waits     *prometheus.CounterVec // booked waits, per limit
@@ -154,11 +153,7 @@ func New(p *policy.Policy, s store.Store, opts ...Option) (*Limiter, error) {
 	l.bufs.New = func() any { return newScratch() }
 	l.logs = ratelog.NewBudget()
 	l.m = metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total",
-			Help: "Admission decisions per limit, by result (admitted/rejected) and attempt (original/retry).",
-		}, decisionLabels(p)),
-		classed: len(p.Priorities) > 0,
+		decisions: newDecisionVec(p),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_check_duration_seconds",
 			Help:    "Time to decide one Check, store round trip included.",
@@ -237,12 +232,6 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 		c.near[i] = l.m.near.WithLabelValues(lim.Name)
 		l.m.capacity.WithLabelValues(lim.Name).Set(float64(c.status[i].Capacity))
 		l.m.refill.WithLabelValues(lim.Name).Set(c.status[i].RefillPerSecond)
-		for r, result := range decisionResults {
-			for a, attempt := range attempts {
-				c.counters[i][r][a] = l.decisionCounter(lim.Name, result, attempt, "")
-			}
-		}
-		l.classMetrics(c, i, lim.Name)
 		if j := old.index(lim.Name); j >= 0 && sameLimit(old.p.Limits[j], lim) {
 			c.specs[i], c.prefix[i] = old.specs[j], old.prefix[j]
 		} else {
@@ -257,6 +246,15 @@ func (l *Limiter) SetPolicy(p *policy.Policy) error {
 	}
 	if err := c.adaptives(); err != nil {
 		return err
+	}
+	l.m.decisions.relabel(p) // (the policy is valid: its counters follow)
+	for i, lim := range p.Limits {
+		for r, result := range decisionResults {
+			for a, attempt := range attempts {
+				c.counters[i][r][a] = l.decisionCounter(lim.Name, result, attempt, "")
+			}
+		}
+		l.classMetrics(c, i, lim.Name)
 	}
 	c.fast = l.newFastPlan(c)
 	l.withOverrides(c)

@@ -91,33 +91,18 @@ func (c *compiled) setClass(cls policy.Priority, out *ManyResult, items ...[]sto
 	}
 }
 
-// decisionLabels are sluice_decisions_total's labels: limit, result and
-// attempt, and priority when the limiter starts with a policy that has
-// priorities (its value the request's class, "" for none). A policy
-// without them keeps the series as they were before classes; a reload
-// that adds classes to a limiter started without counts their decisions
-// without the label (the series' labels are fixed when the limiter is
-// made).
-func decisionLabels(p *policy.Policy) []string {
-	if len(p.Priorities) > 0 {
-		return []string{"limit", "result", "attempt", "priority"}
-	}
-	return []string{"limit", "result", "attempt"}
-}
-
 // decisionCounter is sluice_decisions_total's series for a limit, result,
-// attempt and class.
+// attempt and class: labelled by class from the first policy with
+// priorities (at New or a reload; the class "" for a request with none),
+// else without the label, the series as before classes (decisions.go).
 func (l *Limiter) decisionCounter(limit, result, attempt, class string) prometheus.Counter {
-	if l.m.classed {
-		return l.m.decisions.WithLabelValues(limit, result, attempt, class)
-	}
-	return l.m.decisions.WithLabelValues(limit, result, attempt)
+	return l.m.decisions.counter(limit, result, attempt, class)
 }
 
 // classMetrics makes limit i's counters of each of c's classes, when the
 // decisions are counted by class.
 func (l *Limiter) classMetrics(c *compiled, i int, name string) {
-	if !l.m.classed || len(c.p.Priorities) == 0 {
+	if !l.m.decisions.classed() || len(c.p.Priorities) == 0 {
 		return
 	}
 	if c.classCtr == nil {
