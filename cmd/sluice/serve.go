@@ -48,7 +48,7 @@ type serveCmd struct {
 	MaxWaiting         int           `default:"1024" help:"Most requests held waiting at once, at least 1; beyond it requests are decided at once."`
 	MaxBody            int64         `default:"65536" help:"Largest request body in bytes, at least 1."`
 	Idempotency        time.Duration `default:"5m" help:"How long a request_id's answer is remembered (positive)."`
-	ReceiptWindow      time.Duration `name:"lease-window" default:"10m" help:"How long a check's receipt is kept for /v1/settle (positive; a receipt record holding in-flight slots is kept until they expire)."`
+	ReceiptWindow      time.Duration `name:"lease-window" default:"10m" help:"How long a check's receipt is kept for /v1/settle, and an Envoy request path's envoy_settle booking (positive; a receipt record holding in-flight slots is kept until they expire)."`
 	AuthListen         string        `help:"Also serve forward-auth (/v1/auth) alone on this address, for a proxy that must reach a port of its own (policy mode)."`
 	AuthListenTLSCert  string        `name:"auth-listen-tls-cert" help:"TLS certificate file (PEM, with --auth-listen-tls-key) of --auth-listen; without it --auth-listen serves --tls-cert's." type:"path"`
 	AuthListenTLSKey   string        `name:"auth-listen-tls-key" help:"TLS key file (PEM) of --auth-listen-tls-cert." type:"path"`
