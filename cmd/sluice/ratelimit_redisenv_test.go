@@ -89,7 +89,7 @@ func TestRatelimitRedisEnvCheck(t *testing.T) {
 }
 
 // Entries of the runtime directory that are not files sluice can read (a
-// dangling link, a link to a directory, a FIFO) are skipped, each logged
+// dangling link, a link loop, a link to a directory, a FIFO) are skipped, each logged
 // with its path and error and counted at every load; the files beside
 // them load. Variables not in effect are logged at start.
 func TestRatelimitSkippedEntries(t *testing.T) {
@@ -104,6 +104,10 @@ func TestRatelimitSkippedEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loop := filepath.Join(dir, "loop.yaml")
+	if err := os.Symlink("loop.yaml", loop); err != nil {
 		t.Fatal(err)
 	}
 	env := rlEnv(t, root, "")
@@ -131,11 +135,12 @@ func TestRatelimitSkippedEntries(t *testing.T) {
 		return out
 	}
 	skipped := records("runtime config entry skipped", "path")
-	if len(skipped) != 3 || skipped[dangling] == "" || !strings.Contains(skipped[toDir], "directory") || !strings.Contains(skipped[fifo], "regular") {
-		t.Errorf("skipped entries logged: %v; want the dangling link, the link to a directory and the FIFO", skipped)
+	if len(skipped) != 4 || skipped[dangling] == "" || !strings.Contains(skipped[loop], "levels of symbolic links") ||
+		!strings.Contains(skipped[toDir], "directory") || !strings.Contains(skipped[fifo], "regular") {
+		t.Errorf("skipped entries logged: %v; want the dangling link, the loop, the link to a directory and the FIFO", skipped)
 	}
-	if n := rlMetric(t, p.metrics, "sluice_config_files_skipped_total", ""); n != 3 {
-		t.Errorf("sluice_config_files_skipped_total %v after the start, want 3", n)
+	if n := rlMetric(t, p.metrics, "sluice_config_files_skipped_total", ""); n != 4 {
+		t.Errorf("sluice_config_files_skipped_total %v after the start, want 4", n)
 	}
 	vars := records("environment variable not in effect", "variable")
 	if len(vars) != 2 || !strings.Contains(vars["REDIS_TYPE"], "REDIS_URL is not") || !strings.Contains(vars["REDIS_PIPELINE_WINDOW"], "reference") {
@@ -147,9 +152,9 @@ func TestRatelimitSkippedEntries(t *testing.T) {
 	writeRuntime(t, root, map[string]string{"ratelimit/config/reload.yaml": rtReload})
 	waitLoads(t, p, before)
 	deadline := time.Now().Add(10 * time.Second)
-	for rlMetric(t, p.metrics, "sluice_config_files_skipped_total", "") != 6 {
+	for rlMetric(t, p.metrics, "sluice_config_files_skipped_total", "") != 8 {
 		if time.Now().After(deadline) {
-			t.Fatalf("sluice_config_files_skipped_total %v after a reload, want 6", rlMetric(t, p.metrics, "sluice_config_files_skipped_total", ""))
+			t.Fatalf("sluice_config_files_skipped_total %v after a reload, want 8", rlMetric(t, p.metrics, "sluice_config_files_skipped_total", ""))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
