@@ -15,6 +15,7 @@ import (
 type call struct {
 	items  []store.Item
 	slotID string
+	undo   string // the undo id of a cluster's request over several hash slots with a fair share ("" for none)
 	ok     bool
 	err    error
 	at     time.Time     // when the script's answer arrived
@@ -136,6 +137,7 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		specs = append(specs, specBase{sp, base})
 		return len(specs)
 	}
+	var shareKeysOf []string // fair-share items' tenant sets, after the items' keys
 	tail := make([]string, 0, 1+4*len(batch)+2*n)
 	tail = append(tail, itoa(int64(len(batch))))
 	for _, c := range batch {
@@ -150,14 +152,23 @@ func (s *Store) run(ctx context.Context, batch []*call) {
 		tail = append(tail, c.slotID, itoa(int64(len(c.items))), mw, rsv)
 		for i := range c.items {
 			it := &c.items[i]
-			keys = append(keys, s.Key(it.Spec.Kind, it.Key))
+			k := s.Key(it.Spec.Kind, it.Key)
+			keys = append(keys, k)
 			cost := itoa(it.Cost)
 			if it.Cost >= 1<<53 {
 				cost = "x" + hex64(it.Cost)
 			}
+			if sharing(it) {
+				h, z := shareKeys(k)
+				tail = append(tail, itoa(int64(index(it.Spec, it.Base)))+"f", cost)
+				tail = shareFields(tail, it, n+len(shareKeysOf)+1, c.undo)
+				shareKeysOf = append(shareKeysOf, h, z)
+				continue
+			}
 			tail = append(tail, itoa(int64(index(it.Spec, it.Base))), cost)
 		}
 	}
+	keys = append(keys, shareKeysOf...)
 	args := make([]string, 0, 3+10*len(specs)+len(tail))
 	args = append(args, s.now(), s.expire(), itoa(int64(len(specs))))
 	for _, x := range specs {

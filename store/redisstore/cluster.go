@@ -15,9 +15,13 @@ import (
 // refuses, what the others took is refunded.
 func (s *Store) takeHashSlots(ctx context.Context, items []store.Item, groups [][]int, slotID string) (bool, error) {
 	calls := make([]*call, len(groups))
+	undo := ""
+	if crossShares(items) {
+		undo = newSlotID()
+	}
 	var wg sync.WaitGroup
 	for g, idx := range groups {
-		c := &call{slotID: slotID}
+		c := &call{slotID: slotID, undo: undo}
 		for _, i := range idx {
 			c.items = append(c.items, items[i])
 		}
@@ -53,7 +57,7 @@ func (s *Store) takeHashSlots(ctx context.Context, items []store.Item, groups []
 	if firstErr != nil || !allowed {
 		// Undo what the slots that admitted took (with a fresh deadline:
 		// the refund matters even if the caller gave up).
-		s.undo(items, groups, okGroup, slotID)
+		s.undo(items, groups, okGroup, slotID, undo)
 		if firstErr == nil {
 			s.peekAdmitted(ctx, items, groups, okGroup)
 		}
@@ -73,7 +77,7 @@ func (s *Store) peekAdmitted(ctx context.Context, items []store.Item, groups [][
 		}
 		c := &call{}
 		for _, i := range idx {
-			c.items = append(c.items, store.Item{Key: items[i].Key, Spec: items[i].Spec})
+			c.items = append(c.items, store.Item{Key: items[i].Key, Spec: items[i].Spec, Reserve: items[i].Reserve}) // (in the class's view)
 		}
 		wg.Add(1)
 		go func() {
@@ -125,10 +129,15 @@ func (s *Store) groups(items []store.Item) [][]int {
 	return groups
 }
 
-// undo refunds the groups that admitted a request refused elsewhere.
-func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, slotID string) {
+// undo refunds the groups that admitted a request refused elsewhere (and
+// puts back the virtual times their fair shares wrote under undo id
+// undoShares, when not "").
+func (s *Store) undo(items []store.Item, groups [][]int, ok []bool, slotID, undoShares string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
 	defer cancel()
+	if undoShares != "" {
+		s.undoShares(ctx, items, groups, ok, undoShares)
+	}
 	var adj []store.Adjustment
 	var rel store.Slots
 	for g, idx := range groups {

@@ -4,3 +4,5 @@ package redisstore
 
 // ClassifyReply is classifyReply, for TestClassify.
 var ClassifyReply = classifyReply
+
+func ShareKeysForTest(k string) (string, string) { return shareKeys(k) }

@@ -86,6 +86,8 @@ var (
 	limbpathLua string
 	//go:embed adjust.lua
 	adjustLua string
+	//go:embed fairshare.lua
+	fairshareLua string
 )
 
 // Store is the Redis store. It is safe for concurrent use.

@@ -27,8 +27,9 @@ local RSV -- the current request's priority-class reserve (parts per million), o
 local LIMB
 local function limbs()
   if LIMB then return LIMB end
-` + libLua + modelLua + limbpathLua + kindsLua + `
-  LIMB = {rsvn = function(x) return tonum(rsv(num(x))) end, bucket = limb_bucket, window = limb_window, book = limb_book, respec = limb_respec, kinds = KIND, adjust = function(KEYS, ARGV, OOM)
+` + libLua + modelLua + limbpathLua + kindsLua + fairshareLua + `
+  LIMB = {rsvn = function(x) return tonum(rsv(num(x))) end, bucket = limb_bucket, window = limb_window, book = limb_book, respec = limb_respec, kinds = KIND,
+    fstouch = fs_touch, fsdecide = fs_decide, fsadmit = fs_admit, fsttl = fs_ttl, adjust = function(KEYS, ARGV, OOM)
     A = ARGV
 ` + adjustLua + `
   end}

@@ -13,8 +13,12 @@
 -- buckets, on the limb path) and its priority class's reserve (parts per
 -- million, or '' for none: its items decide within their limits cut by
 -- it, on the limb path), then 2 fields per item: spec index and cost
--- (decimal, or 'x' and 16 hex digits).
--- KEYS are the items' keys, request after request.
+-- (decimal, or 'x' and 16 hex digits); an item decided with its fair
+-- share has 'f' after its spec index and 6 more fields after its cost
+-- (its tenant set's hash's index into KEYS, holder, weight, active window,
+-- max_tenants, undo id: fairshare.lua).
+-- KEYS are the items' keys, request after request, then the tenant sets'
+-- keys (a hash and a sorted set per fair-share item).
 -- Returns {items decided on doubles, now (hex), then per request: 1 and
 -- per item remaining and reset when admitted (2 and per item remaining,
 -- reset and wait when admitted with a MaxWait), else 0 and per item allowed,
@@ -164,7 +168,30 @@ end
 -- in force, a refusal of a cost above 0 starts one, ending block_for from
 -- now, written at once with the key's state unchanged (the request is
 -- refused: nothing else of it is written).
-local function decide(sp, key, costn, cs, k, i)
+local fsw -- the current request's fair-share items' vtat writes, by item (nil: none)
+
+-- share applies the fair share of item i (T: its tenant set, fs_touch's)
+-- to decide0's admission (ok, rem, retry, reset, save1) of its cost
+-- (store.Spec.DecideShare): kept, the holder's new vtat pending in fsw,
+-- when the bucket is uncontended or the share admits (with the larger
+-- wait); else refused, nothing taken, the bucket's peek and the share's
+-- retry, and true last (a share's refusal starts no penalty box).
+local function share(sp, key, costn, cs, k, i, T, rem, retry, reset, save1)
+  local s, x, w = limbs().fsdecide(sp.at, key, costn, cs, nowhex, mw, waits[i], T)
+  if s == false then
+    local _
+    _, rem, _, reset = decide0(sp, key, 0, '0', k, i)
+    return false, rem, x, reset, nil, true
+  end
+  if s then
+    fsw = fsw or {}
+    fsw[i] = {T, x}
+    waits[i] = w
+  end
+  return true, rem, retry, reset, save1, false
+end
+
+local function decide(sp, key, costn, cs, k, i, T)
   if sp.kind ~= 'c' then
     -- the key's state as this spec reads it (converted when it was
     -- written under another spec of its limit)
@@ -178,6 +205,7 @@ local function decide(sp, key, costn, cs, k, i)
   if not blk then
     local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i)
     G1k = nil
+    if T and ok then ok, rem, retry, reset, save1 = share(sp, key, costn, cs, k, i, T, rem, retry, reset, save1) end
     return ok, rem, retry, reset, save1
   end
   local raw = getv(key)
@@ -189,11 +217,13 @@ local function decide(sp, key, costn, cs, k, i)
   end
   local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i)
   G1k = nil
+  local sref -- refused by the item's fair share
+  if T and ok then ok, rem, retry, reset, save1, sref = share(sp, key, costn, cs, k, i, T, rem, retry, reset, save1) end
   local left
   if u then
     local uh, ul = split16(u, 1)
     left = (uh - nh) * T32 + (ul - nl)
-  elseif ok or costn == 0 or RSV then -- (a class's refusal starts no block: store.Item.Reserve)
+  elseif ok or costn == 0 or RSV or sref then -- (a class's or a share's refusal starts no block)
     return ok, rem, retry, reset, save1
   else
     local bh, bl = split16(blk, 1)
@@ -225,23 +255,45 @@ for req = 1, nreq do
     -- At maxmemory (noeviction): a request that would create a key (an
     -- item with a cost whose key does not exist) is refused undecided,
     -- 3 and nothing else; the others are decided as usual.
+    local b = a
     for i = 1, m do
-      if ARGV[a + 2 * i - 1] ~= '0' and redis.call('EXISTS', KEYS[k0 + i]) == 0 then new = true break end
+      local f = tonumber(ARGV[b]) -- (nil: a fair-share item, whose set is a key too)
+      if ARGV[b + 1] ~= '0' and (redis.call('EXISTS', KEYS[k0 + i]) == 0 or (not f and redis.call('EXISTS', KEYS[tonumber(ARGV[b + 2])]) == 0)) then new = true break end
+      if f then b = b + 2 else b = b + 8 end
     end
   end
   if new then
     k = k + m
-    a = a + 2 * m
+    for _ = 1, m do
+      if tonumber(ARGV[a]) then a = a + 2 else a = a + 8 end
+    end
     out[no + 1] = 3
     no = no + 1
   else
     local all = true
+    fsw = nil
     for i = 1, m do
       k = k + 1
-      local sp, cs = specs[tonumber(ARGV[a])], ARGV[a + 1]
+      local si, cs = ARGV[a], ARGV[a + 1]
+      local spi, fsa = tonumber(si), nil
+      if not spi then
+        -- a fair-share item: its spec index then 'f', and after its cost
+        -- 6 more fields at fsa (shareFields in fairshare.go)
+        spi, fsa = tonumber(string.sub(si, 1, -2)), a + 2
+        a = a + 6
+      end
+      local sp = specs[spi]
       items[i], costs[i] = sp, cs
       a = a + 2
-      local ok, rem, retry, reset, save1 = decide(sp, KEYS[k], tonumber(cs), cs, k, i)
+      local costn = tonumber(cs)
+      local T
+      if fsa and costn ~= 0 then
+        local hk = tonumber(ARGV[fsa])
+        T = limbs().fstouch(KEYS[hk], KEYS[hk + 1], ARGV[fsa + 1], tonumber(ARGV[fsa + 2]), ARGV[fsa + 3], tonumber(ARGV[fsa + 4]), nowhex)
+        T.undo = ARGV[fsa + 5]
+      end
+      local ok, rem, retry, reset, save1 = decide(sp, KEYS[k], costn, cs, k, i, T)
+      if T and expire then limbs().fsttl(T, ARGV[fsa + 3], reset) end
       if not ok then all = false end
       pend[i] = save1
       oks[i], rems[i], retries[i], resets[i] = ok, rem, retry, reset
@@ -270,6 +322,7 @@ for req = 1, nreq do
         elseif p then
           p()
         end
+        if fsw and fsw[i] then limbs().fsadmit(fsw[i][1], fsw[i][2], nowhex, fsw[i][1].undo) end
       end
       -- admitted: every item admitted, so remaining and reset per item
       -- (and its wait, for a request with a MaxWait)
