@@ -64,6 +64,9 @@ func TestFairShareSpec(t *testing.T) {
 	if !store.TokenBucket.Shares() || store.Quota.Shares() || store.Concurrency.Shares() {
 		t.Error("Shares")
 	}
+	if a.Leasable() || !sp.Leasable() {
+		t.Error("a fair-share spec must not be leased (its tenant set is the shared store's)")
+	}
 }
 
 // Contended: fewer than floor(capacity/2) held, in the class's view.
