@@ -88,6 +88,34 @@ func (s *PolicyService) settleBegin(ctx context.Context, req *rls.RateLimitReque
 		return nil, nil, nil
 	}
 	p := s.l.Policy()
+	costs := make([]map[string]int64, len(reqs)) // per descriptor carrying the id: what each limit takes
+	booked := false
+	for i := range reqs {
+		if ids.by[i] == "" {
+			continue
+		}
+		r := &reqs[i]
+		hits := r.Cost
+		if r.Peek {
+			hits = 0
+		}
+		costs[i] = map[string]int64{}
+		for _, l := range p.Limits {
+			if l.Kind.HoldsSlots() {
+				continue // (an in-flight cap takes its slot whatever the cost)
+			}
+			if _, ok := l.AppendKey(nil, r.Descriptors); !ok {
+				continue
+			}
+			costs[i][l.Name] = hits
+			if es := l.EnvoySettle; es != nil && es.By == ids.by[i] {
+				costs[i][l.Name], booked = max(es.Estimate, hits), true
+			}
+		}
+	}
+	if !booked {
+		return nil, nil, nil // no envoy_settle limit applies: nothing to book or settle
+	}
 	key := "envoy_settle|" + string(envoyEsc.Append(nil, req.GetDomain())) + "|" + ids.id
 	ans, owner, err := s.book.Begin(ctx, key, bookingFP)
 	if err != nil {
@@ -106,34 +134,10 @@ func (s *PolicyService) settleBegin(ctx context.Context, req *rls.RateLimitReque
 		}
 		return nil, resp, err
 	}
-	booked := false
 	for i := range reqs {
-		if ids.by[i] == "" {
-			continue
+		if costs[i] != nil {
+			reqs[i].Costs, reqs[i].Receipt, reqs[i].Peek = costs[i], true, false // (the costs say what each limit takes)
 		}
-		r := &reqs[i]
-		hits := r.Cost
-		if r.Peek {
-			hits = 0
-		}
-		costs := map[string]int64{}
-		for _, l := range p.Limits {
-			if l.Kind.HoldsSlots() {
-				continue // (an in-flight cap takes its slot whatever the cost)
-			}
-			if _, ok := l.AppendKey(nil, r.Descriptors); !ok {
-				continue
-			}
-			costs[l.Name] = hits
-			if es := l.EnvoySettle; es != nil && es.By == ids.by[i] {
-				costs[l.Name], booked = max(es.Estimate, hits), true
-			}
-		}
-		r.Costs, r.Receipt, r.Peek = costs, true, false // (the costs say what each limit takes)
-	}
-	if !booked {
-		s.book.Finish(ctx, key, bookingFP, nil) // nothing to book: the id is not kept
-		return nil, nil, nil
 	}
 	return &booking{s: s, key: key}, nil, nil
 }
