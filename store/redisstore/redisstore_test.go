@@ -164,8 +164,8 @@ return out`)
 // The same random trace through memstore and redisstore, at high and odd
 // rates (where nanosecond timestamps times the rate need 128 bits), with
 // settlements that push buckets deep into debt (so states are rebased),
-// and windows with 128-bit products, gives identical decisions, item by
-// item.
+// windows with 128-bit products, and fair shares on such buckets, gives
+// identical decisions, item by item.
 func TestIdenticalToMemstore(t *testing.T) {
 	clock := sluice.NewManualClock(storetest.Epoch)
 	rs := open(t, redisstore.WithScriptClock(clock))
@@ -231,6 +231,19 @@ func TestIdenticalToMemstore(t *testing.T) {
 	}()
 	classes := rand.New(rand.NewPCG(8, 8)) // priority classes' reserves (a stream of their own)
 	reserves := []uint32{0, 0, 0, 200_000, 500_000, 1, 999_999, 333_333}
+	// Fair-share twins of buckets at extreme rates and capacities (their
+	// shares' products need more than 64 bits), drawn from a stream of
+	// their own, so the trace above is the same.
+	fair := rand.New(rand.NewPCG(9, 9))
+	var shares []*store.Spec
+	for _, j := range []int{0, 1, 2, 4, 8, 13, 19, 20} {
+		sp, err := store.NewSpec(store.Limit{Kind: store.TokenBucket, Bucket: specs[j].Bucket.Limit(), FairShare: store.FairShare{ActiveWindow: 2 * time.Second, MaxTenants: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shares = append(shares, sp)
+	}
+	weights := []uint32{0, 1, 2, 3, 4_000_000_000}
 	for step := range 4000 {
 		clock.Advance(steps[rng.IntN(len(steps))] + time.Duration(rng.Int64N(1000)))
 		var a, b []store.Item
@@ -259,6 +272,18 @@ func TestIdenticalToMemstore(t *testing.T) {
 			if err := rs.Adjust(ctx, adj); err != nil {
 				t.Fatal(err)
 			}
+		}
+		for j, sp := range shares {
+			if fair.IntN(3) != 0 {
+				continue
+			}
+			cost := fair.Int64N(sp.Capacity() + 1)
+			if fair.IntN(2) == 0 {
+				cost = fair.Int64N(min(sp.Capacity(), 50) + 1)
+			}
+			it := store.Item{Key: fmt.Sprint("fs", j), Spec: sp, Cost: cost, Reserve: reserve,
+				Tenant: []string{"", "a", "b", "c", "d"}[fair.IntN(5)], Weight: weights[fair.IntN(len(weights))]}
+			a, b = append(a, it), append(b, it)
 		}
 		ra, err := ms.Take(ctx, a)
 		if err != nil {
