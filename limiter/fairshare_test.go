@@ -3,9 +3,11 @@ package limiter_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/limiter"
@@ -117,5 +119,38 @@ func TestFairShareClassHolder(t *testing.T) {
 		if got := rec.items[0].Tenant; got != want || rec.items[0].Weight != 3 || rec.items[0].Reserve == 0 != (class == "interactive") {
 			t.Errorf("class %q: holder %q weight %d reserve %d, want %q", class, got, rec.items[0].Weight, rec.items[0].Reserve, want)
 		}
+	}
+}
+
+// With waiting, a tenant's booking depth is bounded by its share: zed
+// (weight 1 of 4, a token 0.4 s of its virtual time) books while its
+// virtual time is within τ/2 + max_wait = 2.5 s of now, each booking
+// waiting until it is within τ/2; without the share the bucket would book
+// 24 (4 held and 2 s of refill).
+func TestFairShareBookingDepth(t *testing.T) {
+	c := sluice.NewManualClock(storetest.Epoch)
+	l := limiterOver(t, shareSrc, memstore.New(memstore.WithClock(c)))
+	ctx := context.Background()
+	ask := func(tenant string, cost int64, wait time.Duration) limiter.Result {
+		t.Helper()
+		res, err := l.Check(ctx, limiter.Request{Descriptors: map[string]string{"provider": "p", "tenant": tenant}, Cost: cost, MaxWait: wait, Reserve: wait > 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	ask("zed", 1, 0)
+	ask("acme", 5, 0) // 4 left: contended
+	var waits []time.Duration
+	for range 10 {
+		res := ask("zed", 1, 2*time.Second)
+		if !res.Allowed {
+			break
+		}
+		waits = append(waits, res.Wait)
+	}
+	want := []time.Duration{0, 300 * time.Millisecond, 700 * time.Millisecond, 1100 * time.Millisecond, 1500 * time.Millisecond, 1900 * time.Millisecond}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("zed's bookings waited %v, want %v", waits, want)
 	}
 }

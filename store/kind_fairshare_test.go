@@ -220,3 +220,45 @@ func TestFairShareDecide(t *testing.T) {
 		t.Errorf("peek: %+v", o)
 	}
 }
+
+// Over random states, holders and costs: the share admits only what the
+// bucket alone admits, and its RetryAfter is exact: waiting exactly that
+// long the share part admits the same request (the holder's virtual time
+// and the set unchanged), a nanosecond less it does not.
+func FuzzDecideShare(f *testing.F) {
+	f.Add(int64(10), uint16(10), int64(6), int64(1), int64(0), uint32(1), uint64(2), uint32(0), int64(0))
+	f.Add(int64(7), uint16(3), int64(7), int64(2), int64(9e8), uint32(2), uint64(5), uint32(250_000), int64(3e8))
+	f.Fuzz(func(t *testing.T, capacity int64, rate uint16, took, cost, vtat int64, w uint32, sumW uint64, ppm uint32, wait int64) {
+		if capacity < 1 || capacity > 1e6 || rate == 0 || took < 0 || took > capacity || cost < 1 || cost > capacity || vtat < 0 || vtat > 1e12 || ppm >= store.ReserveScale || wait < 0 || wait > 1e10 {
+			return
+		}
+		sp := shareSpec(t, bucket.Limit{Capacity: capacity, Rate: float64(rate)})
+		now := store.Now{Mono: 1e9, Wall: 1e9}
+		st, exists := store.State{}, false
+		if took > 0 {
+			st, exists = taken(t, sp, took, now), true
+		}
+		at := store.Now{Mono: now.Mono + wait, Wall: now.Wall + wait}
+		o := sp.DecideShare(st, exists, at, cost, 0, ppm, vtat, w, sumW)
+		_, alone := sp.StepReserved(st, exists, at, cost, ppm)
+		if o.Decision.Allowed && !alone.Allowed {
+			t.Fatalf("the share admitted what the bucket refuses: %+v", o)
+		}
+		if o.ShareRefused != (alone.Allowed && !o.Decision.Allowed) {
+			t.Fatalf("ShareRefused %v, bucket alone %v, decision %v", o.ShareRefused, alone.Allowed, o.Decision.Allowed)
+		}
+		if !o.ShareRefused {
+			return
+		}
+		r := int64(o.Decision.RetryAfter)
+		if r <= 0 {
+			t.Fatalf("a share refusal with RetryAfter %d", r)
+		}
+		inc := sp.ShareInc(cost, sumW, w)
+		allow := max(sp.HalfTau(ppm), inc)
+		ahead := func(d int64) int64 { return max(vtat, at.Mono+d) + inc - (at.Mono + d) }
+		if ahead(r) > allow || ahead(r-1) <= allow {
+			t.Fatalf("RetryAfter %d not exact: ahead %d at it, %d a ns before, allowance %d", r, ahead(r), ahead(r-1), allow)
+		}
+	})
+}
