@@ -24,7 +24,7 @@ import (
 // TakeBorrowed (at a reading of ours when at is not nil), or not at all
 // (false: nothing changed).
 type heldTaker interface {
-	TakeHeldAt(items []store.Item, at *time.Time) (store.Result, bool)
+	TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 }
 
 // fastPlan is a policy compiled for the fast path: each limit's key
@@ -262,7 +262,7 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 	if timed {
 		now = &sc.now
 	}
-	r, ok := l.ht.TakeHeldAt(items, now)
+	allowed, ok := l.ht.TakeHeldAt(items, now)
 	if !ok {
 		return false
 	}
@@ -271,14 +271,32 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 		limits = make([]LimitStatus, 0, n)
 	}
 	limits = limits[:n]
+	attempt := byOriginal
+	if req.Retry {
+		attempt = byRetry
+	}
 	var retry time.Duration
 	for j := range items {
 		fl, d := &f.limits[fs.which[j]], &items[j].Decision
 		fl.writeStatus(&limits[j], items[j].Key[len(fl.prefix):], cost, d)
 		retry = max(retry, d.RetryAfter)
+		// observe's counters
+		if d.Allowed {
+			fl.counters[byAdmitted][attempt].Inc()
+			if allowed && float64(d.Remaining) < NearLimitShare*float64(fl.capacity) {
+				fl.near.Inc()
+			}
+		} else {
+			fl.counters[byRejected][attempt].Inc()
+		}
 	}
-	res.Allowed, res.Limits, res.Cost, res.RetryAfter = r.Allowed, limits, cost, retry
-	l.observeFast(ctx, c, f, sc, res, req, start, timed)
+	res.Allowed, res.Limits, res.Cost, res.RetryAfter = allowed, limits, cost, retry
+	if timed {
+		l.m.latency.Observe(time.Since(start).Seconds())
+	}
+	if l.keys != nil || !allowed && l.log != nil {
+		l.observeFast(ctx, c, f, sc, res, req)
+	}
 	return true
 }
 
@@ -293,29 +311,15 @@ func (f *fastLimit) writeStatus(st *LimitStatus, key string, cost int64, d *slui
 	st.RetryAfter, st.BlockFor, st.ResetAfter, st.Period, st.Window, st.Override = d.RetryAfter, 0, d.ResetAfter, "", 0, nil
 }
 
-// observeFast is observe for a check of the fast path: the same counters,
-// logs and key observations, in the same order.
-func (l *Limiter) observeFast(ctx context.Context, c *compiled, f *fastPlan, sc *scratch, res *Result, req *Request, start time.Time, timed bool) {
-	if timed {
-		l.m.latency.Observe(time.Since(start).Seconds())
-	}
-	attempt := byOriginal
-	if req.Retry {
-		attempt = byRetry
-	}
+// observeFast is the rest of observe for a check of the fast path (its
+// counters are counted by checkFast): the refusals logged and the keys
+// observed, in the same order.
+func (l *Limiter) observeFast(ctx context.Context, c *compiled, f *fastPlan, sc *scratch, res *Result, req *Request) {
 	which := &sc.fast.which
 	for j := range res.Limits {
 		st, fl := &res.Limits[j], &f.limits[which[j]]
-		if st.Allowed {
-			fl.counters[byAdmitted][attempt].Inc()
-			if res.Allowed && float64(st.TokensRemaining) < NearLimitShare*float64(st.Capacity) {
-				fl.near.Inc()
-			}
-		} else {
-			fl.counters[byRejected][attempt].Inc()
-			if l.log != nil {
-				l.logRefusal(ctx, c, fl.i, st, req)
-			}
+		if !st.Allowed && l.log != nil {
+			l.logRefusal(ctx, c, fl.i, st, req)
 		}
 		if l.keys != nil {
 			key := st.Key

@@ -30,13 +30,13 @@ type heldCounter struct {
 	calls, held int
 }
 
-func (h *heldCounter) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, bool) {
+func (h *heldCounter) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
 	h.calls++
-	r, ok := h.Store.TakeHeldAt(items, at)
+	allowed, ok = h.Store.TakeHeldAt(items, at)
 	if ok {
 		h.held++
 	}
-	return r, ok
+	return allowed, ok
 }
 
 // keyLog records what a KeyObserver is told.

@@ -21,20 +21,22 @@ const maxHeld = 8
 // capacity), keys distinct — on a key the store holds, when no key of
 // the shards involved is kept under another spec than its usual one
 // (respec.go): then it decides exactly as TakeBorrowedAt, in the same
-// order of locks, and returns ok. Every item's Decision and Wait are set,
+// order of locks, and returns ok and whether the request was admitted
+// (TakeBorrowedAt's Result.Allowed: such a request holds no slot and
+// waits for nothing). Every item's Decision and Wait are set,
 // and its Key becomes the store's copy; RefundBefore is not set (callers
 // that settle use TakeBorrowedAt). Otherwise (a new key, a closed store,
 // more than 8 items, an item of another shape) it returns false having
 // changed nothing but the use marks of the keys it found (which
 // TakeBorrowedAt sets again): the caller then calls TakeBorrowedAt.
-func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, bool) {
+func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
 	n := len(items)
 	if n == 0 || n > maxHeld || s.closed.Load() {
-		return store.Result{}, false
+		return false, false
 	}
 	for i := range items {
 		if it := &items[i]; it.Spec.Kind != store.TokenBucket || it.Spec.BlockFor != 0 || it.Spec.FairShare != nil || it.Base != nil || it.MaxWait > 0 || it.Reserve != 0 {
-			return store.Result{}, false
+			return false, false
 		}
 	}
 	d, _ := s.nowAt(at) // (a token bucket decides on the monotonic time alone)
@@ -71,25 +73,25 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 	for _, x := range lk {
 		if len(s.shards[x].specs) > 0 {
 			s.unlock(lk)
-			return store.Result{}, false
+			return false, false
 		}
 	}
 	for i := range items {
 		e := s.shards[at8[i]].m.get(hashes[i], items[i].Key)
 		if e == nil {
 			s.unlock(lk)
-			return store.Result{}, false
+			return false, false
 		}
 		ents[i] = e
 	}
-	res := store.Result{Allowed: true}
+	allowed = true
 	for i := range items {
 		it := &items[i]
 		next[i] = stepHeld(&it.Spec.Bucket, &ents[i].st, d, it.Cost, &it.Decision)
 		it.Wait = 0
-		res.Allowed = res.Allowed && it.Decision.Allowed
+		allowed = allowed && it.Decision.Allowed
 	}
-	if !res.Allowed {
+	if !allowed {
 		// As refuseMany: nothing taken; an item that alone would admit
 		// reports its state as it is.
 		for i := range items {
@@ -101,7 +103,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 			it.Key = ents[i].key
 		}
 		s.unlock(lk)
-		return res, true
+		return false, true
 	}
 	for i := range items { // as commitMany
 		e := ents[i]
@@ -113,33 +115,33 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (store.Result, boo
 		s.sweep(&s.shards[x], d)
 	}
 	s.unlock(lk)
-	return res, true
+	return true, true
 }
 
 // takeHeld1 is TakeHeldAt for one item, as take1 decides it.
-func (s *Store) takeHeld1(it *store.Item, d int64) (store.Result, bool) {
+func (s *Store) takeHeld1(it *store.Item, d int64) (allowed, ok bool) {
 	h := s.hash(it.Key)
 	shd := &s.shards[shardOf(h)]
 	shd.mu.Lock()
 	if len(shd.specs) > 0 {
 		shd.mu.Unlock()
-		return store.Result{}, false
+		return false, false
 	}
 	e := shd.m.get(h, it.Key)
 	if e == nil {
 		shd.mu.Unlock()
-		return store.Result{}, false
+		return false, false
 	}
 	st := stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision)
 	it.Wait, it.Key = 0, e.key
-	ok := it.Decision.Allowed
-	if ok {
+	allowed = it.Decision.Allowed
+	if allowed {
 		e.entry = entry{st: st, idle: idleAt(d, int64(it.Decision.ResetAfter))}
 		shd.m.holdIdle(e)
 	}
 	s.sweep(shd, d)
 	shd.mu.Unlock()
-	return store.Result{Allowed: ok}, true
+	return allowed, true
 }
 
 // stepHeld is Spec.Step for a token bucket's existing state *st, as
