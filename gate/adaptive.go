@@ -281,6 +281,7 @@ func (ad *adaptive) specAt(level int64) *store.Spec {
 		if sp, err = store.NewBucketSpec(bucket.Limit{Capacity: ad.burst, Rate: ad.rate(level)}); err != nil {
 			return ad.base // (a rate between Min and Max of a valid limit compiles)
 		}
+		sp.FairShare = ad.base.FairShare // (the gate's fair share, if any, at every level)
 		ad.specs[level] = sp
 	}
 	return sp

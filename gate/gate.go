@@ -8,7 +8,8 @@
 // willing to wait (FIFO within a priority class), server retry hints that pause every caller, and bounded,
 // jittered retries, and optionally priority classes (Config.Priorities,
 // the Priority option) that keep a share of every budget for the higher
-// classes. It has no background goroutines or tickers: all work
+// classes, and on a shared gate fair shares between tenants
+// (Config.FairShare, the Tenant option). It has no background goroutines or tickers: all work
 // happens on the callers' goroutines (a shared gate adds one timer per
 // in-flight call, renewing its slot), so a Gate needs no Close and can be
 // created freely, including inside testing/synctest bubbles.
@@ -150,6 +151,11 @@ type Config struct {
 	// higher class is never delayed by a lower one beyond the lower
 	// class's MaxQueue.
 	Priorities []policy.Priority
+	// FairShare divides a shared gate's budgets between tenants (the
+	// Tenant option) while they are contended (fairshare.go,
+	// docs/behaviour.md section 8); the zero FairShare: none. Only with a
+	// Store.
+	FairShare FairShare
 	// Store, when set, makes the gate shared: its budgets (Limit and
 	// Dimensions), in-flight slots and pauses live in that store under
 	// Name, so that every gate of that Name on that store, in any process
@@ -237,6 +243,9 @@ func New(cfg Config) (*Gate, error) {
 		return sluice.Errorf(sluice.ErrInvalidLimit, "gate config: "+format, args...)
 	}
 	if err := checkPriorities(cfg); err != nil {
+		return nil, err
+	}
+	if err := checkFairShare(cfg); err != nil {
 		return nil, err
 	}
 	switch {

@@ -1,5 +1,5 @@
-// The options of one call (Do, Reserve): RetryAttempt, Charge and
-// Priority (priority.go).
+// The options of one call (Do, Reserve): RetryAttempt, Charge, Priority
+// (priority.go) and Tenant (fairshare.go).
 
 package gate
 
@@ -10,6 +10,7 @@ type callOpts struct {
 	charges  map[string]int64
 	attempt  int
 	priority string // Priority's class ("": none named)
+	tenant   string // Tenant's tenant ("": none named; fairshare.go)
 }
 
 // RetryAttempt labels a Reserve as attempt n of a call (2 for its first

@@ -29,13 +29,14 @@ func Priority(name string) Option { return func(o *callOpts) { o.priority = name
 // Do or Reserve to the shared admission.
 type classKey struct{}
 
-// classed returns ctx carrying the class the options name (ctx itself
-// when they name none).
+// classed returns ctx carrying the class and the tenant the options name
+// (ctx itself when they name neither).
 func (g *Gate) classed(ctx context.Context, opts []Option) (context.Context, error) {
 	var o callOpts
 	for _, f := range opts {
 		f(&o)
 	}
+	ctx = g.withTenant(ctx, o.tenant)
 	if o.priority == "" {
 		return ctx, nil
 	}

@@ -89,12 +89,15 @@ func newShared(cfg Config, name string) (*shared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate config: Limit: %w", err)
 	}
+	fs := cfg.FairShare.storeShare() // (nil: none)
+	sp.FairShare = fs
 	sh.specs, sh.keys = append(sh.specs, sp), append(sh.keys, base+"requests")
 	for _, d := range cfg.Dimensions {
 		sp, err := store.NewBucketSpec(d.Limit)
 		if err != nil {
 			return nil, fmt.Errorf("gate config: Dimensions %q: %w", d.Name, err)
 		}
+		sp.FairShare = fs
 		sh.specs = append(sh.specs, sp)
 		sh.keys = append(sh.keys, base+"d:"+string(gateKeyEsc.Append(nil, d.Name)))
 	}
@@ -189,6 +192,7 @@ func (g *Gate) acquireShared(ctx context.Context, cost int64, attempt int, ch []
 		for i := range items { // (the class's reserve: the same on every item of the request)
 			items[i].Reserve = cls.Reserve
 		}
+		g.shareItems(ctx, cls, items)
 		res, err := sh.st.Take(context.WithoutCancel(ctx), items)
 		answered := time.Now() // (a booked wait counts from the store's answer: store.Item.Wait)
 		switch {
