@@ -294,3 +294,20 @@ func TestLocalPriorityDimensions(t *testing.T) {
 		}
 	})
 }
+
+// The fast path of a call without options allocates nothing, on a gate
+// with classes too (docs/library.md: "takes no lock and does not
+// allocate").
+func TestFastPathAllocatesNothing(t *testing.T) {
+	for _, classes := range [][]policy.Priority{nil, p1Classes} {
+		g := newGate(t, gate.Config{Limit: bucket.Limit{Capacity: 1e9, Rate: 1e9}, MaxInFlight: 16, MaxQueue: 64, Priorities: classes})
+		ctx := context.Background()
+		if n := testing.AllocsPerRun(1000, func() {
+			if err := g.Do(ctx, 1, noop); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%d classes: %v allocations per Do", len(classes), n)
+		}
+	}
+}

@@ -32,6 +32,9 @@ type classKey struct{}
 // classed returns ctx carrying the class and the tenant the options name
 // (ctx itself when they name neither).
 func (g *Gate) classed(ctx context.Context, opts []Option) (context.Context, error) {
+	if len(opts) == 0 {
+		return ctx, nil // (no options: nothing to read, and nothing allocated)
+	}
 	var o callOpts
 	for _, f := range opts {
 		f(&o)
