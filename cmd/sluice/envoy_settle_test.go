@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -132,15 +133,28 @@ descriptors:
 `
 
 // envoy_settle through two `sluice ratelimit` drop-ins sharing one real
-// redis-server: the stream-done call of each request reaches the other
-// instance than its request path (a booking is in Redis).
+// redis-server, and a 3-node Redis Cluster: the stream-done call of each
+// request reaches the other instance than its request path (a booking is
+// in Redis).
 func TestRatelimitEnvoySettleTwoInstances(t *testing.T) {
-	r := redistest.New(t)
+	t.Run("Redis", func(t *testing.T) {
+		r := redistest.New(t)
+		testRatelimitEnvoySettle(t, func(env map[string]string) {}, r.Addr)
+	})
+	t.Run("RedisCluster", func(t *testing.T) {
+		cl := redistest.NewCluster(t, 3)
+		testRatelimitEnvoySettle(t, func(env map[string]string) { env["REDIS_TYPE"] = "cluster" }, strings.Join(cl.Addrs(), ","))
+	})
+}
+
+func testRatelimitEnvoySettle(t *testing.T, set func(map[string]string), redisURL string) {
 	var cs []rls.RateLimitServiceClient
 	for range 2 {
 		root := filepath.Join(t.TempDir(), "runtime", "current")
 		writeRuntime(t, root, map[string]string{"ratelimit/config/ai.yaml": settleRuntime})
-		cs = append(cs, rlClient(t, startRatelimit(t, rlEnv(t, root, r.Addr))))
+		env := rlEnv(t, root, redisURL)
+		set(env)
+		cs = append(cs, rlClient(t, startRatelimit(t, env)))
 	}
 	var mu sync.Mutex
 	var admitted []int
