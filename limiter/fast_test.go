@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,14 +28,14 @@ import (
 // decided (TakeHeldAt answering ok).
 type heldCounter struct {
 	*memstore.Store
-	calls, held int
+	calls, held atomic.Int64
 }
 
 func (h *heldCounter) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
-	h.calls++
+	h.calls.Add(1)
 	allowed, ok = h.Store.TakeHeldAt(items, at)
 	if ok {
-		h.held++
+		h.held.Add(1)
 	}
 	return allowed, ok
 }
@@ -213,10 +214,10 @@ func TestFastPathDifferential(t *testing.T) {
 			}
 			// Most eligible requests were decided on the fast path (the
 			// rest: a new key, a cost above a capacity, no limit applying).
-			if hc.held < eligible/2 {
-				t.Fatalf("fast path decided %d of %d eligible requests (%d tried)", hc.held, eligible, hc.calls)
+			if held := int(hc.held.Load()); held < eligible/2 {
+				t.Fatalf("fast path decided %d of %d eligible requests (%d tried)", held, eligible, hc.calls.Load())
 			}
-			t.Logf("%d requests, %d eligible, %d decided on the fast path", n, eligible, hc.held)
+			t.Logf("%d requests, %d eligible, %d decided on the fast path", n, eligible, hc.held.Load())
 		})
 	}
 }
@@ -277,8 +278,8 @@ func TestFastPlanEligibility(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if hc.calls != 0 {
-		t.Errorf("under an override Set the fast path was tried %d times", hc.calls)
+	if n := hc.calls.Load(); n != 0 {
+		t.Errorf("under an override Set the fast path was tried %d times", n)
 	}
 }
 
@@ -301,5 +302,60 @@ func TestFastStatusFields(t *testing.T) {
 	want.Key, want.TokenCost, want.Allowed, want.TokensRemaining, want.ResetAfter = "k", 3, true, 4, 5
 	if st != want {
 		t.Fatalf("writeStatus: %+v, want %+v", st, want)
+	}
+}
+
+// TestFastPathConcurrent: checks from 8 goroutines on the fast path admit
+// exactly a bucket's capacity (no refill on a still clock), all or
+// nothing over three limits: the global bucket's 100, whatever the users'.
+func TestFastPathConcurrent(t *testing.T) {
+	p, err := policy.Parse([]byte(`
+limits:
+  - {name: global, key: global, capacity: 100, refill: 1/h}
+  - {name: user, key: "user:{user}", capacity: 40, refill: 1/h}
+  - {name: tenant, key: "tenant:{tenant}", capacity: 1000, refill: 1/h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	hc := &heldCounter{Store: memstore.New(memstore.WithClock(clock))}
+	l, err := New(p, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := []string{"a", "b", "c", "d"}
+	for _, u := range users { // the keys exist: later checks take the fast path
+		if _, err := l.Check(context.Background(), Request{Descriptors: map[string]string{"user": u, "tenant": "t"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitted := make(chan int, 8)
+	for g := range 8 {
+		go func() {
+			n := 0
+			var res Result
+			for i := range 200 {
+				req := Request{Descriptors: map[string]string{"user": users[(g+i)%4], "tenant": "t"}}
+				if err := l.CheckInto(context.Background(), req, &res); err != nil {
+					t.Error(err)
+				}
+				if res.Allowed {
+					n++
+				}
+			}
+			admitted <- n
+		}()
+	}
+	total := 4 // the four that made the keys
+	for range 8 {
+		total += <-admitted
+	}
+	// global admits 100; each user 40 (4 users: 160), so global decides.
+	if total != 100 {
+		t.Fatalf("admitted %d, want exactly 100", total)
+	}
+	if hc.held.Load() < 8*200/2 {
+		t.Fatalf("fast path decided %d of %d checks", hc.held.Load(), 8*200)
 	}
 }
