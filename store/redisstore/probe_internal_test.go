@@ -14,9 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/store"
 )
@@ -97,6 +99,33 @@ func TestProbeVariant(t *testing.T) {
 	case v == "take1":
 		items := []store.Item{{Key: "k", Spec: sp, Cost: 1}}
 		f = func() { s.Take(ctx, items) }
+	case v == "clock1" || v == "clock8":
+		// take1 and batch8 on a script clock that moves 1 ms a call: the
+		// same work at every call, whatever the machine's timing
+		clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+		cs, err := Open("redis://"+addr, WithTimeout(60e9), WithScriptClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		m := 1
+		if v == "clock8" {
+			m = 8
+		}
+		batch := make([]*call, m)
+		for i := range batch {
+			batch[i] = &call{items: []store.Item{{Key: fmt.Sprint("c", i), Spec: sp, Cost: 1}}, done: make(chan struct{}, 1)}
+		}
+		f = func() {
+			clock.Advance(time.Millisecond)
+			cs.run(ctx, batch)
+			for _, b := range batch {
+				select {
+				case <-b.done:
+				default:
+				}
+			}
+		}
 	case strings.HasPrefix(v, "batch"):
 		m, _ := strconv.Atoi(v[5:])
 		batch := make([]*call, m)
