@@ -88,8 +88,13 @@ a = a + 1
 -- decide0 decides one item (KEYS index k, its place i in the request):
 -- allowed, remaining, retry, reset, and what to write if the request is
 -- admitted (i for a double-path bucket, whose write is in the batch's
--- arrays; else a function; nil for nothing).
-local function decide0(sp, key, costn, cs, k, i)
+-- arrays; else a function; nil for nothing). With T (an item of a fair
+-- share, fs_touch's tenant set), an admission is then the share's to keep
+-- (the holder's new vtat pending in fsw, the larger wait) or refuse:
+-- nothing taken, the bucket's peek, the share's retry, and true last (a
+-- share's refusal starts no penalty box): store.Spec.DecideShare.
+local fsw -- the current request's fair-share items' vtat writes, by item (nil: none)
+local function decide0(sp, key, costn, cs, k, i, T)
   local kind = sp.kind
   local ok, rem, retry, reset, save1
   waits[i] = 0
@@ -151,6 +156,19 @@ local function decide0(sp, key, costn, cs, k, i)
     end
   end
   if costn == 0 then save1 = nil end -- a peek writes nothing
+  if T and ok then
+    local s, x, w = limbs().fsdecide(sp.at, key, costn, cs, nowhex, mw, waits[i], T)
+    if s == false then
+      local _
+      _, rem, _, reset = decide0(sp, key, 0, '0', k, i)
+      return false, rem, x, reset, nil, true
+    end
+    if s then
+      fsw = fsw or {}
+      fsw[i] = {T, x}
+      waits[i] = w
+    end
+  end
   return ok, rem, retry, reset, save1
 end
 
@@ -168,29 +186,6 @@ end
 -- in force, a refusal of a cost above 0 starts one, ending block_for from
 -- now, written at once with the key's state unchanged (the request is
 -- refused: nothing else of it is written).
-local fsw -- the current request's fair-share items' vtat writes, by item (nil: none)
-
--- share applies the fair share of item i (T: its tenant set, fs_touch's)
--- to decide0's admission (ok, rem, retry, reset, save1) of its cost
--- (store.Spec.DecideShare): kept, the holder's new vtat pending in fsw,
--- when the bucket is uncontended or the share admits (with the larger
--- wait); else refused, nothing taken, the bucket's peek and the share's
--- retry, and true last (a share's refusal starts no penalty box).
-local function share(sp, key, costn, cs, k, i, T, rem, retry, reset, save1)
-  local s, x, w = limbs().fsdecide(sp.at, key, costn, cs, nowhex, mw, waits[i], T)
-  if s == false then
-    local _
-    _, rem, _, reset = decide0(sp, key, 0, '0', k, i)
-    return false, rem, x, reset, nil, true
-  end
-  if s then
-    fsw = fsw or {}
-    fsw[i] = {T, x}
-    waits[i] = w
-  end
-  return true, rem, retry, reset, save1, false
-end
-
 local function decide(sp, key, costn, cs, k, i, T)
   if sp.kind ~= 'c' then
     -- the key's state as this spec reads it (converted when it was
@@ -203,9 +198,8 @@ local function decide(sp, key, costn, cs, k, i, T)
   end
   local blk = sp.blk
   if not blk then
-    local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i)
+    local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i, T)
     G1k = nil
-    if T and ok then ok, rem, retry, reset, save1 = share(sp, key, costn, cs, k, i, T, rem, retry, reset, save1) end
     return ok, rem, retry, reset, save1
   end
   local raw = getv(key)
@@ -215,10 +209,8 @@ local function decide(sp, key, costn, cs, k, i, T)
     if string.sub(raw, 2, 17) > nowhex then u = string.sub(raw, 2, 17) end
     raw = string.sub(raw, 18)
   end
-  local ok, rem, retry, reset, save1 = decide0(sp, key, costn, cs, k, i)
+  local ok, rem, retry, reset, save1, sref = decide0(sp, key, costn, cs, k, i, T) -- (sref: refused by its share)
   G1k = nil
-  local sref -- refused by the item's fair share
-  if T and ok then ok, rem, retry, reset, save1, sref = share(sp, key, costn, cs, k, i, T, rem, retry, reset, save1) end
   local left
   if u then
     local uh, ul = split16(u, 1)
@@ -275,25 +267,29 @@ for req = 1, nreq do
     for i = 1, m do
       k = k + 1
       local si, cs = ARGV[a], ARGV[a + 1]
-      local spi, fsa = tonumber(si), nil
-      if not spi then
+      local spi = tonumber(si)
+      local ok, rem, retry, reset, save1
+      if spi then
+        local sp = specs[spi]
+        items[i], costs[i] = sp, cs
+        a = a + 2
+        ok, rem, retry, reset, save1 = decide(sp, KEYS[k], tonumber(cs), cs, k, i)
+      else
         -- a fair-share item: its spec index then 'f', and after its cost
         -- 6 more fields at fsa (shareFields in fairshare.go)
-        spi, fsa = tonumber(string.sub(si, 1, -2)), a + 2
-        a = a + 6
+        local sp, fsa = specs[tonumber(string.sub(si, 1, -2))], a + 2
+        items[i], costs[i] = sp, cs
+        a = a + 8
+        local costn = tonumber(cs)
+        local T
+        if costn ~= 0 then
+          local hk = tonumber(ARGV[fsa])
+          T = limbs().fstouch(KEYS[hk], KEYS[hk + 1], ARGV[fsa + 1], tonumber(ARGV[fsa + 2]), ARGV[fsa + 3], tonumber(ARGV[fsa + 4]), nowhex)
+          T.undo = ARGV[fsa + 5]
+        end
+        ok, rem, retry, reset, save1 = decide(sp, KEYS[k], costn, cs, k, i, T)
+        if T and expire then limbs().fsttl(T, ARGV[fsa + 3], reset) end
       end
-      local sp = specs[spi]
-      items[i], costs[i] = sp, cs
-      a = a + 2
-      local costn = tonumber(cs)
-      local T
-      if fsa and costn ~= 0 then
-        local hk = tonumber(ARGV[fsa])
-        T = limbs().fstouch(KEYS[hk], KEYS[hk + 1], ARGV[fsa + 1], tonumber(ARGV[fsa + 2]), ARGV[fsa + 3], tonumber(ARGV[fsa + 4]), nowhex)
-        T.undo = ARGV[fsa + 5]
-      end
-      local ok, rem, retry, reset, save1 = decide(sp, KEYS[k], costn, cs, k, i, T)
-      if T and expire then limbs().fsttl(T, ARGV[fsa + 3], reset) end
       if not ok then all = false end
       pend[i] = save1
       oks[i], rems[i], retries[i], resets[i] = ok, rem, retry, reset
