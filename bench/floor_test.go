@@ -1,7 +1,7 @@
 package bench
 
 // The parts of a keyed check on one limit and one key, each measured
-// alone (bench/instructions.sh 'CheckParts/'): the floor of a check that
+// alone (bench/instructions.sh 'KeyedParts/'): the floor of a check that
 // keeps what sluice's must do — look the descriptor up and render the key,
 // read the clock, find the key's state under a lock, decide it exactly,
 // write a status and count the decision — against BenchmarkCheck's rows
@@ -30,7 +30,7 @@ var (
 	sinkStatus limiter.LimitStatus
 )
 
-func BenchmarkCheckParts(b *testing.B) {
+func BenchmarkKeyedParts(b *testing.B) {
 	tenant := "0000000"
 	// harness: what BenchmarkCheck's sluice row does around CheckInto (a
 	// pooled caller, its descriptor written), with no check.
