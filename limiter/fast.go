@@ -122,7 +122,7 @@ func (l *Limiter) newFastPlan(c *compiled) *fastPlan {
 // share or any field a later feature adds: such a spec differs from the
 // one rebuilt here).
 func fastSpec(sp *store.Spec) bool {
-	return sp.Kind == store.TokenBucket && *sp == store.Spec{Kind: store.TokenBucket, Bucket: sp.Bucket, OnStoreError: sp.OnStoreError}
+	return sp.Kind.Direct() && *sp == store.Spec{Kind: store.TokenBucket, Bucket: sp.Bucket, OnStoreError: sp.OnStoreError}
 }
 
 // fastParts splits a key template (policy-validated) into literals and

@@ -152,3 +152,8 @@ func (bucketKind) fromRate(l *Limit, capacity int64, rate float64) error {
 	l.Bucket.Capacity, l.Bucket.Rate = capacity, rate
 	return nil
 }
+
+// Direct reports whether an item of kind k may be decided by a fast path
+// that steps its bucket.Params directly, without the kind table (only the
+// token bucket: its state is the bucket's own).
+func (k Kind) Direct() bool { return k == TokenBucket }

@@ -35,7 +35,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 		return false, false
 	}
 	for i := range items {
-		if it := &items[i]; it.Spec.Kind != store.TokenBucket || it.Spec.BlockFor != 0 || it.Spec.FairShare != nil || it.Base != nil || it.MaxWait > 0 || it.Reserve != 0 {
+		if it := &items[i]; !it.Spec.Kind.Direct() || it.Spec.BlockFor != 0 || it.Spec.FairShare != nil || it.Base != nil || it.MaxWait > 0 || it.Reserve != 0 {
 			return false, false
 		}
 	}

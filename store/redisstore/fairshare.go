@@ -17,7 +17,7 @@ import (
 // sharing reports whether item it is decided with its fair share: a token
 // bucket whose spec has one, with a cost (a peek reads the bucket alone).
 func sharing(it *store.Item) bool {
-	return it.Spec.FairShare != nil && it.Cost != 0 && it.Spec.Kind == store.TokenBucket
+	return it.Spec.FairShare != nil && it.Cost != 0 && it.Spec.Kind.Shares()
 }
 
 // shareKeys are the keys of the tenant set of the bucket whose Redis key
