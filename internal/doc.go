@@ -20,7 +20,7 @@
 //     error code with its HTTP status and gRPC code). Imported by:
 //     envoyrls, httplimit, server.
 //   - internal/keyesc escapes descriptor values into store keys (%XX).
-//     Imported by: envoyrls, gate, policy, store/redisstore.
+//     Imported by: bench, envoyrls, gate, limiter, policy, store/redisstore.
 //   - internal/ratelog rate-limits repeated log records, counting the ones
 //     it holds back. Imported by: limiter, server, store/failover.
 //   - internal/redistest starts redis-server processes and Redis Clusters of
