@@ -276,8 +276,10 @@ func TestOverridesCallCount(t *testing.T) {
 	if ch := changes(t, x, 0); !ch.Full || len(ch.Records) != 24 {
 		t.Fatalf("Full: %d records", len(ch.Records))
 	}
-	if d := statsDelta(before, commandStats(t, st.Client())); d["evalsha"] != 2 || d["hscan"] < 3 {
-		t.Fatalf("a Full read of 24 records in pages of 10 cost %v, want 2 EVALSHA and HSCAN pages", d)
+	// (HSCAN's COUNT is a floor per call on a hashtable-encoded hash: 24
+	// records in pages of 10 take two or three calls, as buckets fall.)
+	if d := statsDelta(before, commandStats(t, st.Client())); d["evalsha"] != 2 || d["hscan"] < 2 || d["hscan"] > 3 {
+		t.Fatalf("a Full read of 24 records in pages of 10 cost %v, want 2 EVALSHA and 2 or 3 HSCAN pages", d)
 	}
 }
 
