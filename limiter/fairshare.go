@@ -6,6 +6,8 @@
 package limiter
 
 import (
+	"strings"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -40,7 +42,9 @@ func (s *LimitStatus) ShareRefused() bool {
 // its Tenant, the value of the fair_share's by descriptor (a request
 // without it is the shared "other" holder, store.OtherHolder, weight 1),
 // prefixed by the request's class (Request.Priority, else the policy's
-// default) and shareSep when it has one; its Weight, the tenant's in the
+// default) and shareSep when it has one (with no class, a tenant holding
+// shareSep is prefixed by shareSep alone: a client's value never names
+// another's holder); its Weight, the tenant's in the
 // policy.
 func (c *compiled) share(it *store.Item, st *LimitStatus, lim *policy.Limit, req *Request) {
 	fs := lim.FairShare
@@ -56,8 +60,14 @@ func (c *compiled) share(it *store.Item, st *LimitStatus, lim *policy.Limit, req
 	if class == "" {
 		class = c.p.DefaultPriority
 	}
-	if class != "" {
+	switch {
+	case class != "":
 		tenant = class + shareSep + tenant
+	case strings.Contains(tenant, shareSep):
+		// A class's name never holds shareSep nor is empty, so a tenant
+		// that does, with no class, is told apart from every class's
+		// holder (and a plain tenant's) by a leading shareSep.
+		tenant = shareSep + tenant
 	}
 	it.Tenant = tenant
 }

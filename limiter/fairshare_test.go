@@ -154,3 +154,32 @@ func TestFairShareBookingDepth(t *testing.T) {
 		t.Fatalf("zed's bookings waited %v, want %v", waits, want)
 	}
 }
+
+// A tenant's value is the client's: one that spells a class's holder
+// ("batch\x1facme", sent with no class under a policy with classes and no
+// default) is a holder of its own, never batch's acme (whose virtual time
+// and weight it would otherwise take over).
+func TestFairShareHolderNotSpoofed(t *testing.T) {
+	c := sluice.NewManualClock(storetest.Epoch)
+	rec := &recorder{Store: memstore.New(memstore.WithClock(c))}
+	src := "priorities:\n  - name: interactive\n  - name: batch\n    reserve: 0.5\n" + shareSrc
+	l := limiterOver(t, src, rec)
+	holder := func(class, tenant string) string {
+		t.Helper()
+		if _, err := l.Check(context.Background(), limiter.Request{Descriptors: map[string]string{"provider": "p", "tenant": tenant}, Cost: 1, Priority: class}); err != nil {
+			t.Fatal(err)
+		}
+		return rec.items[0].Tenant
+	}
+	seen := map[string]string{}
+	for _, r := range [][2]string{{"batch", "acme"}, {"", "batch\x1facme"}, {"", "\x1fbatch\x1facme"}, {"batch", "\x1facme"}, {"", "acme"}, {"", "\x1f"}, {"batch", ""}} {
+		h := holder(r[0], r[1])
+		if prev, dup := seen[h]; dup {
+			t.Errorf("class %q tenant %q: holder %q, as %s's", r[0], r[1], h, prev)
+		}
+		seen[h] = r[0] + "/" + r[1]
+	}
+	if h := holder("", "acme"); h != "acme" {
+		t.Errorf("a plain tenant's holder %q, want acme", h)
+	}
+}
