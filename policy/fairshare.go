@@ -53,7 +53,8 @@ var fairShareFields = []string{"by", "weights", "active_window", "max_tenants"}
 // when already parsed): a mapping {by, weights, active_window,
 // max_tenants} on a token bucket; by a descriptor name not among the
 // limit's key, hash_tag or when descriptors; weights a mapping of tenant
-// to a whole number from 1 to MaxShareWeight; active_window a positive
+// (not empty: that is the "other" tenant, weight 1) to a whole number
+// from 1 to MaxShareWeight; active_window a positive
 // duration (required); max_tenants a whole number from 1 to
 // store.MaxShareTenants (default store.DefaultMaxTenants).
 func (f *limitFields) fairShare(l *Limit) {
@@ -96,6 +97,8 @@ func (f *limitFields) fairShare(l *Limit) {
 				switch {
 				case t.Kind != yaml.ScalarNode:
 					bad("fair_share.weights: a tenant must be a plain value")
+				case t.Value == "":
+					bad("fair_share.weights: an empty tenant is the shared \"other\" tenant (requests without the by descriptor), whose weight is 1")
 				case wn.Kind != yaml.ScalarNode || err != nil || w < 1 || w > MaxShareWeight:
 					bad("fair_share.weights.%s must be a whole number from 1 to %d, not %q", t.Value, MaxShareWeight, wn.Value)
 				default:

@@ -70,6 +70,7 @@ func TestFairShareErrors(t *testing.T) {
 		"fair_share: {by: t, active_window: 1s, weights: {a: 0}}":        "weights.a must be a whole number from 1 to 1000000",
 		"fair_share: {by: t, active_window: 1s, weights: {a: 1.5}}":      "weights.a must be a whole number",
 		"fair_share: {by: t, active_window: 1s, weights: {a: 1000001}}":  "weights.a must be a whole number",
+		"fair_share: {by: t, active_window: 1s, weights: {\"\": 5}}":     "the shared \"other\" tenant",
 		"fair_share: {by: t, active_window: 1s, max_tenants: 0}":         "max_tenants must be a whole number from 1",
 		"fair_share: {by: t, active_window: 1s, max_tenants: 100000000}": "max_tenants must be a whole number from 1",
 		"fair_share: {by: t, active_window: 1s, share: 2}":               "unknown field fair_share.share",
