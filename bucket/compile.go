@@ -122,6 +122,7 @@ func ticked(l Limit, a, d, u uint64) Params {
 	num, den := a/g, d/g
 	p := Params{limit: l, unit: int64(u), capUnits: l.Capacity * int64(u), num: num, den: den, exact: true,
 		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDiv63(u)}
+	p.setWhole1()
 	if u&(u-1) == 0 {
 		p.shift = uint(bits.TrailingZeros64(u))
 	}
@@ -168,6 +169,7 @@ func wholeUnits(l Limit, a, b uint64) (Params, bool) {
 	}
 	p := Params{limit: l, unit: int64(b), capUnits: int64(capU), num: a, den: 1, exact: true,
 		byDen: newDivisor(1), byNum: newDivisor(a), byUnit: newDiv63(b)}
+	p.setWhole1()
 	if b&(b-1) == 0 {
 		p.shift = uint(bits.TrailingZeros64(b))
 	}
@@ -220,6 +222,7 @@ func binaryUnits(l Limit) (Params, error) {
 	}
 	p := Params{limit: l, unit: 1 << k, shift: k, capUnits: l.Capacity << k, num: num, den: den, exact: exact,
 		byDen: newDivisor(den), byNum: newDivisor(num), byUnit: newDiv63(1 << k)}
+	p.setWhole1()
 	p.maxElap = 1 << 61
 	if hi, lo := bits.Mul64(maxV, den); hi < num {
 		if q, _ := bits.Div64(hi, lo, num); q < 1<<61 {
@@ -234,4 +237,11 @@ func gcd(a, b uint64) uint64 {
 		a, b = b, a%b
 	}
 	return a
+}
+
+// setWhole1 sets whole1 (and byNum63) when den is 1 and num below 2^62.
+func (p *Params) setWhole1() {
+	if p.den == 1 && p.num < 1<<62 {
+		p.whole1, p.byNum63 = true, newDiv63(p.num)
+	}
 }

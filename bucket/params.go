@@ -82,6 +82,11 @@ type Params struct {
 	byDen    divisor // fast division by den
 	byNum    divisor // fast division by num
 	byUnit   div63   // fast division by unit (of states, below 2^63)
+	// whole1 is set when den is 1 and num below 2^62 (every "N per
+	// period" rate of a practical size): V is then d*num, and a wait a
+	// 63-bit division by num (byNum63), without divisor's 128-bit steps.
+	whole1  bool
+	byNum63 div63 // fast division by num, when whole1
 }
 
 // Limit returns the limit p was compiled from.
@@ -138,6 +143,9 @@ func (p *Params) Units(t Instant) int64 {
 // units returns floor(V(t)) and whether V(t) has a fractional part.
 func (p *Params) units(t Instant) (int64, bool) {
 	d := min(max(t.Elapsed, 0), p.maxElap)
+	if p.whole1 { // (what byDen.div gives for den 1: the product's low word)
+		return int64(uint64(d)*p.num + t.Phase), false
+	}
 	hi, lo := bits.Mul64(uint64(d), p.num)
 	var c uint64
 	lo, c = bits.Add64(lo, t.Phase, 0)
@@ -196,6 +204,9 @@ func (p *Params) wait(target int64, t Instant) time.Duration {
 	if target <= 0 {
 		return 0
 	}
+	if p.whole1 && t.Phase == 0 {
+		return time.Duration(max(p.ceilNum(uint64(target))-t.Elapsed, 0))
+	}
 	hi, lo := bits.Mul64(uint64(target), p.den)
 	var b uint64
 	lo, b = bits.Sub64(lo, t.Phase, 0)
@@ -250,10 +261,15 @@ func (p *Params) step(tat int64, t Instant, cost int64, reanchor bool) (int64, s
 	if uint64(d) > uint64(p.maxElap) { // (clamped to [0, MaxElapsed]: one compare when inside)
 		d = min(max(d, 0), p.maxElap)
 	}
-	hi, lo := bits.Mul64(uint64(d), p.num)
-	var c uint64
-	lo, c = bits.Add64(lo, t.Phase, 0)
-	q, r := p.byDen.div(hi+c, lo)
+	var q, r uint64
+	if p.whole1 { // (what byDen.div gives for den 1: the product's low word)
+		q = uint64(d)*p.num + t.Phase
+	} else {
+		hi, lo := bits.Mul64(uint64(d), p.num)
+		var c uint64
+		lo, c = bits.Add64(lo, t.Phase, 0)
+		q, r = p.byDen.div(hi+c, lo)
+	}
 	v, base, full := int64(q), tat, tat <= int64(q)
 	if full {
 		base = v
@@ -286,6 +302,9 @@ func (p *Params) step(tat int64, t Instant, cost int64, reanchor bool) (int64, s
 // waits is wait for two targets at once, written out so that the two
 // divisions overlap (a refusal needs both; this saved 2 ns of 45).
 func (p *Params) waits(t1, t2 int64, t Instant) (time.Duration, time.Duration) {
+	if p.whole1 && t.Phase == 0 && t1 > 0 && t2 > 0 {
+		return time.Duration(max(p.ceilNum(uint64(t1))-t.Elapsed, 0)), time.Duration(max(p.ceilNum(uint64(t2))-t.Elapsed, 0))
+	}
 	h1, l1 := bits.Mul64(uint64(t1), p.den)
 	h2, l2 := bits.Mul64(uint64(t2), p.den)
 	var b1, b2 uint64
@@ -372,6 +391,17 @@ func (p *Params) Charge(tat int64, t Instant, n int64) int64 {
 
 // Refund returns cost tokens to the state (the inverse of a booking).
 func (p *Params) Refund(tat, cost int64) int64 { return tat - cost*p.unit }
+
+// ceilNum returns ceil(x / num) for 0 < x < 2^63 when whole1: the least
+// elapsed time at which V = d*num reaches x (what wait's 128-bit division
+// gives when den is 1 and the phase 0).
+func (p *Params) ceilNum(x uint64) int64 {
+	q := p.byNum63.div(x)
+	if q*p.num != x {
+		q++
+	}
+	return int64(q)
+}
 
 // whole returns x units (x >= 0) in whole tokens, rounded down.
 func (p *Params) whole(x int64) int64 {
