@@ -68,3 +68,12 @@ func OnLRU(fn func(key string, d int64)) Option { return func(s *Store) { s.onLR
 // OnPass makes the store call fn (holding the key's shard locked) for each
 // key whose use mark the CLOCK hand cleared as it passed it.
 func OnPass(fn func(key string)) Option { return func(s *Store) { s.onPass = fn } }
+
+// ShareSeed gives empty store dst src's hash seed: the two then place and
+// sweep keys alike (TestTakeHeldMatchesTakeBorrowed).
+func ShareSeed(dst, src *Store) {
+	dst.seed = src.seed
+	for i := range dst.shards {
+		dst.shards[i].m.seed = src.seed
+	}
+}

@@ -87,7 +87,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 	allowed = true
 	for i := range items {
 		it := &items[i]
-		next[i] = stepHeld(&it.Spec.Bucket, &ents[i].st, d, it.Cost, &it.Decision)
+		stepHeld(&it.Spec.Bucket, &ents[i].st, d, it.Cost, &it.Decision, &next[i])
 		it.Wait = 0
 		allowed = allowed && it.Decision.Allowed
 	}
@@ -97,7 +97,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 		for i := range items {
 			it := &items[i]
 			if it.Decision.Allowed && it.Cost > 0 {
-				stepHeld(&it.Spec.Bucket, &ents[i].st, d, 0, &it.Decision)
+				stepHeld(&it.Spec.Bucket, &ents[i].st, d, 0, &it.Decision, &next[i])
 				it.Decision.Allowed, it.Decision.RetryAfter = true, 0
 			}
 			it.Key = ents[i].key
@@ -107,7 +107,7 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 	}
 	for i := range items { // as commitMany
 		e := ents[i]
-		e.entry = entry{st: next[i], idle: idleAt(d, int64(items[i].Decision.ResetAfter))}
+		e.st, e.idle = next[i], idleAt(d, int64(items[i].Decision.ResetAfter))
 		s.shards[at8[i]].m.holdIdle(e)
 		items[i].Key = e.key
 	}
@@ -132,11 +132,12 @@ func (s *Store) takeHeld1(it *store.Item, d int64) (allowed, ok bool) {
 		shd.mu.Unlock()
 		return false, false
 	}
-	st := stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision)
+	var st store.State
+	stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision, &st)
 	it.Wait, it.Key = 0, e.key
 	allowed = it.Decision.Allowed
 	if allowed {
-		e.entry = entry{st: st, idle: idleAt(d, int64(it.Decision.ResetAfter))}
+		e.st, e.idle = st, idleAt(d, int64(it.Decision.ResetAfter))
 		shd.m.holdIdle(e)
 	}
 	s.sweep(shd, d)
@@ -146,11 +147,17 @@ func (s *Store) takeHeld1(it *store.Item, d int64) (allowed, ok bool) {
 
 // stepHeld is Spec.Step for a token bucket's existing state *st, as
 // store.stepBucket decides it (written out: a State holds a bucket's TAT,
-// origin and phase): it writes the decision into *dec and returns the
-// next state.
-func stepHeld(p *bucket.Params, st *store.State, d, cost int64, dec *sluice.Decision) store.State {
-	tat, origin, phase := store.BucketState(p, st[0], st[1], uint64(st[2]), true, d)
+// origin and phase; store.BucketState's rebasing only when d is before
+// the origin or more than MaxElapsed after it): it writes the decision
+// into *dec and the next state into *next.
+func stepHeld(p *bucket.Params, st *store.State, d, cost int64, dec *sluice.Decision, next *store.State) {
+	tat, origin, phase := st[0], st[1], uint64(st[2])
+	if uint64(d-origin) > uint64(p.MaxElapsed()) {
+		tat, origin, phase = store.BucketState(p, tat, origin, phase, true, d)
+	} else if tat <= p.Units(bucket.Instant{Elapsed: d - origin, Phase: phase}) {
+		tat, origin, phase = 0, d, 0 // full: the same as new (BucketState)
+	}
 	nt, dc := p.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, cost)
 	*dec = dc
-	return store.State{nt, origin, int64(phase)}
+	*next = store.State{nt, origin, int64(phase)}
 }
