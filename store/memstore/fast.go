@@ -4,6 +4,7 @@
 package memstore
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -14,6 +15,9 @@ import (
 // maxHeld is the most items TakeHeldAt decides (its arrays are on the
 // stack).
 const maxHeld = 8
+
+// TakeHeldAt names its shards by the bits of one uint64.
+var _ [64 - shardCount]struct{}
 
 // TakeHeldAt is TakeBorrowedAt (at nil: the store's clock) for a request
 // whose every item is a plain token bucket — Spec.Kind TokenBucket, no
@@ -44,42 +48,26 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 		return s.takeHeld1(&items[0], d)
 	}
 	var hashes [maxHeld]uint64
-	var at8, locked [maxHeld]int
 	var ents [maxHeld]*tentry
 	var next [maxHeld]store.State
-	nl := 0
+	var shards uint64 // the shards involved, a bit each (shardCount is 64): locked in ascending order
 	for i := range items {
 		h := s.hash(items[i].Key)
-		x := shardOf(h)
-		hashes[i], at8[i] = h, x
-		// insertion into locked, ascending and without repeats
-		j := nl
-		for j > 0 && locked[j-1] > x {
-			j--
-		}
-		if j > 0 && locked[j-1] == x {
-			continue
-		}
-		for k := nl; k > j; k-- {
-			locked[k] = locked[k-1]
-		}
-		locked[j] = x
-		nl++
+		hashes[i] = h
+		shards |= 1 << shardOf(h)
 	}
-	lk := locked[:nl]
-	for _, x := range lk {
-		s.shards[x].mu.Lock()
-	}
-	for _, x := range lk {
-		if len(s.shards[x].specs) > 0 {
-			s.unlock(lk)
+	for m := shards; m != 0; m &= m - 1 {
+		shd := &s.shards[bits.TrailingZeros64(m)]
+		shd.mu.Lock()
+		if len(shd.specs) > 0 {
+			s.unlockShards(shards &^ (m & (m - 1))) // (those locked so far)
 			return false, false
 		}
 	}
 	for i := range items {
-		e := s.shards[at8[i]].m.get(hashes[i], items[i].Key)
+		e := s.shards[shardOf(hashes[i])].m.get(hashes[i], items[i].Key)
 		if e == nil {
-			s.unlock(lk)
+			s.unlockShards(shards)
 			return false, false
 		}
 		ents[i] = e
@@ -102,20 +90,27 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 			}
 			it.Key = ents[i].key
 		}
-		s.unlock(lk)
+		s.unlockShards(shards)
 		return false, true
 	}
 	for i := range items { // as commitMany
 		e := ents[i]
 		e.st, e.idle = next[i], idleAt(d, int64(items[i].Decision.ResetAfter))
-		s.shards[at8[i]].m.holdIdle(e)
+		s.shards[shardOf(hashes[i])].m.holdIdle(e)
 		items[i].Key = e.key
 	}
-	for _, x := range lk {
-		s.sweep(&s.shards[x], d)
+	for m := shards; m != 0; m &= m - 1 {
+		s.sweep(&s.shards[bits.TrailingZeros64(m)], d)
 	}
-	s.unlock(lk)
+	s.unlockShards(shards)
 	return true, true
+}
+
+// unlockShards unlocks the shards of the bits set in shards.
+func (s *Store) unlockShards(shards uint64) {
+	for m := shards; m != 0; m &= m - 1 {
+		s.shards[bits.TrailingZeros64(m)].mu.Unlock()
+	}
 }
 
 // takeHeld1 is TakeHeldAt for one item, as take1 decides it.
