@@ -151,11 +151,14 @@ func (b *booking) finish(ctx context.Context, res limiter.ManyResult, err error)
 	if b == nil {
 		return
 	}
+	var ce *limiter.CostError
 	switch {
+	case errors.As(err, &ce), err == nil && !res.Allowed:
+		// (a cost above a capacity is answered OVER_LIMIT, nothing taken:
+		// a refusal, not an error)
+		b.s.book.Finish(ctx, b.key, bookingFP, []byte(refusedAn))
 	case err != nil:
 		b.s.book.Finish(ctx, b.key, bookingFP, nil)
-	case !res.Allowed:
-		b.s.book.Finish(ctx, b.key, bookingFP, []byte(refusedAn))
 	case res.Receipt.Empty():
 		b.s.book.Finish(ctx, b.key, bookingFP, nil)
 	default:

@@ -265,3 +265,24 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// A request path that can never be admitted (a hits_addend above a
+// limit's capacity: OVER_LIMIT, nothing taken) is a refused request path:
+// its stream-done call is charged its hits_addend as any call, not taken
+// for a first call that books the estimate.
+func TestEnvoySettleCostAboveCapacity(t *testing.T) {
+	c, _ := settleClient(t, settlePolicy, book.NewMemory(book.Config{}, nil))
+	r, err := aiCall(c, "u1", "big", 2_000_000) // above calls' capacity
+	if err != nil || r.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("request path: %v %v", r, err)
+	}
+	if got := remainingOf(t, c, "u1"); got != 5000 {
+		t.Fatalf("after the refused request path: %d left, want 5000", got)
+	}
+	if _, err := aiCall(c, "u1", "big", 300); err != nil {
+		t.Fatal(err)
+	}
+	if got := remainingOf(t, c, "u1"); got != 4700 {
+		t.Fatalf("after its stream-done call: %d left, want 4700 (charged its 300)", got)
+	}
+}
