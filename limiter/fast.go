@@ -58,6 +58,7 @@ type fastLimit struct {
 	rate      float64
 	counters  *[3][2]prometheus.Counter // c.counters[i]
 	near      prometheus.Counter
+	nearBelow float64 // NearLimitShare * capacity: a Remaining below it is near the limit
 }
 
 type fastPair struct{ k, v string }
@@ -93,7 +94,8 @@ func (l *Limiter) newFastPlan(c *compiled) *fastPlan {
 			return nil
 		}
 		fl := fastLimit{i: i, prefix: c.prefix[i], head: c.prefix[i], spec: sp, name: st.Name, algorithm: st.Algorithm,
-			capacity: st.Capacity, rate: st.RefillPerSecond, counters: &c.counters[i], near: c.near[i]}
+			capacity: st.Capacity, rate: st.RefillPerSecond, counters: &c.counters[i], near: c.near[i],
+			nearBelow: NearLimitShare * float64(st.Capacity)}
 		for k, v := range lim.When {
 			fl.when = append(fl.when, fastPair{k, v})
 		}
@@ -232,10 +234,10 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 		}
 	}
 	fs := &sc.fast
-	var ends [maxFast]int
 	n, key := 0, sc.key[:0]
 	for k := range f.limits {
 		fl := &f.limits[k]
+		from := len(key)
 		var ok bool
 		if key, ok = fl.appendKey(key, desc); !ok {
 			continue
@@ -244,7 +246,11 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 			sc.key = key[:0]
 			return false // (a *CostError)
 		}
-		fs.which[n], ends[n] = k, len(key)
+		// The key aliases the buffer as it is now: a later append that
+		// moves the buffer copies it and leaves these bytes as they are.
+		it := &fs.items[n]
+		it.Key, it.Spec, it.Cost = unsafe.String(&key[from], len(key)-from), fl.spec, cost
+		fs.which[n] = k
 		n++
 	}
 	sc.key = key
@@ -252,12 +258,6 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 		return false
 	}
 	items := fs.items[:n]
-	from := 0
-	for j := range items {
-		it := &items[j]
-		it.Key, it.Spec, it.Cost = unsafe.String(&key[from], ends[j]-from), f.limits[fs.which[j]].spec, cost
-		from = ends[j]
-	}
 	var now *time.Time
 	if timed {
 		now = &sc.now
@@ -283,7 +283,7 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 		// observe's counters
 		if d.Allowed {
 			fl.counters[byAdmitted][attempt].Inc()
-			if allowed && float64(d.Remaining) < NearLimitShare*float64(fl.capacity) {
+			if allowed && float64(d.Remaining) < fl.nearBelow {
 				fl.near.Inc()
 			}
 		} else {
