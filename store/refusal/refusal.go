@@ -19,7 +19,8 @@
 //     on a kind that books, when the refused cost is still more than
 //     MaxWait away (so that waiting cannot admit it either), and of no
 //     priority class's reserve (Item.Reserve 0: a class's refusal is of
-//     its share, not of the key's whole budget).
+//     its share, not of the key's whole budget), nor of a fair-share spec
+//     (Spec.FairShare nil: a tenant's share's refusal is that tenant's).
 //   - Its answer is the one the store would give if nothing else happened
 //     to the key (store.Spec.RefusedAfter): refused, RetryAfter and
 //     ResetAfter counted down from the store's, Remaining what has been
@@ -235,8 +236,10 @@ func (s *Store) cacheable(items []store.Item) bool {
 	it := &items[0]
 	// (a priority class's item, Reserve > 0, goes to the store: its
 	// refusal is of the class's share, which a request of another class
-	// on the key does not share, and its RetryAfter is the class's)
-	return it.Cost > 0 && it.Reserve == 0 && it.Spec != nil && it.Key != "" && it.Spec.Kind.RefusalsHold()
+	// on the key does not share, and its RetryAfter is the class's; a
+	// fair-share item too: its refusal may be its tenant's share's, which
+	// another tenant of the key does not share)
+	return it.Cost > 0 && it.Reserve == 0 && it.Spec != nil && it.Spec.FairShare == nil && it.Key != "" && it.Spec.Kind.RefusalsHold()
 }
 
 func sameSpec(a, b *store.Spec) bool {
