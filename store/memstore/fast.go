@@ -31,8 +31,10 @@ var _ [64 - shardCount]struct{}
 // and its Key becomes the store's copy; RefundBefore is not set (callers
 // that settle use TakeBorrowedAt). Otherwise (a new key, a closed store,
 // more than 8 items, an item of another shape) it returns false having
-// changed nothing but the use marks of the keys it found (which
-// TakeBorrowedAt sets again): the caller then calls TakeBorrowedAt.
+// changed nothing in the store but the use marks of the keys it found
+// (which TakeBorrowedAt sets again; some items' Decision and Wait may be
+// written, and TakeBorrowedAt writes them all): the caller then calls
+// TakeBorrowedAt.
 func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
 	n := len(items)
 	if n == 0 || n > maxHeld || s.closed.Load() {
@@ -64,18 +66,16 @@ func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 			return false, false
 		}
 	}
-	for i := range items {
-		e := s.shards[shardOf(hashes[i])].m.get(hashes[i], items[i].Key)
+	allowed = true
+	for i := range items { // (a step changes no entry: a key missing after it leaves the store as it was)
+		it := &items[i]
+		e := s.shards[shardOf(hashes[i])].m.get(hashes[i], it.Key)
 		if e == nil {
 			s.unlockShards(shards)
 			return false, false
 		}
 		ents[i] = e
-	}
-	allowed = true
-	for i := range items {
-		it := &items[i]
-		stepHeld(&it.Spec.Bucket, &ents[i].st, d, it.Cost, &it.Decision, &next[i])
+		stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision, &next[i])
 		it.Wait = 0
 		allowed = allowed && it.Decision.Allowed
 	}
