@@ -9,13 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/answer"
@@ -31,9 +29,10 @@ type Service struct {
 	cfg       atomic.Pointer[Config]
 	st        store.Store
 	decisions *prometheus.CounterVec // nil: not counted
-	overrides overrides              // descriptors' own limits
-	ref       *refStats              // the reference's metrics; nil: not counted
-	set       chan struct{}          // closed by the first SetConfig
+	ctrs      atomic.Pointer[nodeCounters]
+	overrides overrides     // descriptors' own limits
+	ref       *refStats     // the reference's metrics; nil: not counted
+	set       chan struct{} // closed by the first SetConfig
 	setOnce   sync.Once
 	book      book.Book // envoy_settle's bookings (settle_envoy.go); nil: none
 }
@@ -108,6 +107,7 @@ type applied struct {
 	over  bool
 	shade bool
 	quota bool   // a quota_mode descriptor
+	own   bool   // node is the descriptor's own limit (made for this call, not the configuration's)
 	by    string // the envoy_settle by entry the descriptor carried ("": none)
 }
 
@@ -120,8 +120,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		defer s.ref.called(time.Now())
 	}
 	cfg := s.cfg.Load()
-	c := &rlsCall{ds: make([]applied, len(req.GetDescriptors())), overall: rls.RateLimitResponse_OK, ref: s.ref}
-	if len(c.ds) > 1 {
+	c := &rlsCall{overall: rls.RateLimitResponse_OK, ref: s.ref}
+	if n := len(req.GetDescriptors()); n == 1 {
+		// The common call, one descriptor: its state and its whole answer
+		// in one allocation.
+		b := new(oneCall)
+		c.ds, c.items, c.rb, c.sbs = b.ds[:], b.items[:0], &b.respBuf, b.sb[:]
+		c.rb.statuses = b.stp[:0]
+	} else {
+		c.ds = make([]applied, n)
 		c.index, c.shadowIx = map[string]int{}, map[string]int{}
 	}
 	if err := c.collect(req, cfg.Domains[req.GetDomain()], &s.overrides); err != nil {
@@ -138,7 +145,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		s.ref.callError("redis_error")
 		return nil, err
 	}
-	return c.respond(s.decisions), nil
+	return c.respond(s.decisions, s.counters(cfg)), nil
 }
 
 // rlsCall is one ShouldRateLimit call: per descriptor what applies, the
@@ -153,6 +160,8 @@ type rlsCall struct {
 	quotas, quotaOver    int       // quota_mode descriptors of the call, and those over their limit
 	settleID             string    // the request's id, from an envoy_settle by entry ("": none)
 	ref                  *refStats // nil: the reference's metrics are not counted
+	rb                   *respBuf  // where the answer is written; nil: respond allocates it
+	sbs                  []statusBuf
 }
 
 // collect matches every descriptor of req against the domain's tree root
@@ -205,7 +214,7 @@ func (c *rlsCall) collect(req *rls.RateLimitRequest, root *Node, ov *overrides) 
 			if err != nil {
 				return err
 			}
-			node = &Node{Key: overrideLabel(req.GetDomain(), entries), Limit: l}
+			node, a.own = &Node{Key: overrideLabel(req.GetDomain(), entries), Limit: l}, true
 		} else {
 			if path = matchPath(root, entries, pbuf[:0]); path == nil {
 				continue
@@ -354,16 +363,22 @@ func (c *rlsCall) decide(ctx context.Context, st store.Store) error {
 
 // respond renders the decisions: a status per descriptor and the
 // RateLimit fields of the tightest limited one.
-func (c *rlsCall) respond(decisions *prometheus.CounterVec) *rls.RateLimitResponse {
-	resp := &rls.RateLimitResponse{OverallCode: c.overall, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, 0, len(c.ds))}
+func (c *rlsCall) respond(decisions *prometheus.CounterVec, cs *nodeCounters) *rls.RateLimitResponse {
+	rb := c.rb
+	if rb == nil {
+		rb = &respBuf{statuses: make([]*rls.RateLimitResponse_DescriptorStatus, 0, len(c.ds))}
+		c.sbs = make([]statusBuf, len(c.ds))
+	}
+	resp := &rb.resp
+	resp.OverallCode, resp.Statuses = c.overall, rb.statuses
 	var lbuf [8]answer.Limit
 	described := lbuf[:0] // the limited descriptors, for the RateLimit fields
 	for i := range c.ds {
-		st, lim, ok := c.status(&c.ds[i])
+		st, lim, ok := c.status(&c.ds[i], &c.sbs[i])
 		if ok {
 			described = append(described, lim)
 			if decisions != nil {
-				decisions.WithLabelValues(limitLabel(c.ds[i].node), c.result(&c.ds[i], st, lim), limiter.AttemptOriginal).Inc()
+				c.count(decisions, cs, &c.ds[i], st, lim)
 			}
 		}
 		if c.ref != nil && ok {
@@ -372,19 +387,20 @@ func (c *rlsCall) respond(decisions *prometheus.CounterVec) *rls.RateLimitRespon
 		resp.Statuses = append(resp.Statuses, st)
 	}
 	if i := answer.Tightest(described); i >= 0 {
-		pol, rl := answer.Fields(described[i])
-		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
-			{Key: "RateLimit-Policy", Value: pol},
-			{Key: "RateLimit", Value: rl},
-		}
+		pol, rl := fields(described[i])
+		rb.hv[0].Key, rb.hv[0].Value = "RateLimit-Policy", pol
+		rb.hv[1].Key, rb.hv[1].Value = "RateLimit", rl
+		rb.hdrs[0], rb.hdrs[1] = &rb.hv[0], &rb.hv[1]
+		resp.ResponseHeadersToAdd = rb.hdrs[:]
 	}
 	return resp
 }
 
 // status is descriptor a's status, and its limit as the RateLimit fields
 // describe it (described false: unlimited or no limit).
-func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit, described bool) {
-	st = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
+func (c *rlsCall) status(a *applied, b *statusBuf) (st *rls.RateLimitResponse_DescriptorStatus, lim answer.Limit, described bool) {
+	st = &b.st
+	st.Code = rls.RateLimitResponse_OK
 	if a.node == nil || a.node.Limit == nil {
 		return st, lim, false
 	}
@@ -393,7 +409,8 @@ func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus
 		st.LimitRemaining = math.MaxUint32 // as the reference answers an unlimited descriptor
 		return st, lim, false
 	}
-	st.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+	b.cur.Name, b.cur.RequestsPerUnit, b.cur.Unit = l.Name, l.RequestsPerUnit, l.Unit
+	st.CurrentLimit = &b.cur
 	var d sluice.Decision
 	switch {
 	case a.item >= 0 && a.quota:
@@ -415,10 +432,10 @@ func (c *rlsCall) status(a *applied) (st *rls.RateLimitResponse_DescriptorStatus
 	case !d.Allowed && !a.shade:
 		st.Code = rls.RateLimitResponse_OVER_LIMIT
 		st.LimitRemaining = uint32(max(d.Remaining, 0))
-		st.DurationUntilReset = durationpb.New(d.RetryAfter)
+		b.setDuration(d.RetryAfter)
 	default:
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(d.ResetAfter)
+		b.setDuration(d.ResetAfter)
 	}
 	name := l.Name
 	if name == "" {
