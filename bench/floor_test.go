@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sethvargo/go-limiter/memorystore"
 
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/internal/keyesc"
@@ -28,10 +29,17 @@ var (
 	sinkInt    int64
 	sinkUint   uint64
 	sinkStatus limiter.LimitStatus
+	sinkString string
 )
 
 func BenchmarkKeyedParts(b *testing.B) {
 	tenant := "0000000"
+	// loop: b.Loop alone, which every part below includes once.
+	b.Run("part=loop", func(b *testing.B) {
+		for b.Loop() {
+			sinkInt++
+		}
+	})
 	// harness: what BenchmarkCheck's sluice row does around CheckInto (a
 	// pooled caller, its descriptor written), with no check.
 	b.Run("part=harness", func(b *testing.B) {
@@ -112,6 +120,28 @@ func BenchmarkKeyedParts(b *testing.B) {
 			items[0].Key = key
 			allowed, ok := st.TakeHeldAt(items, nil)
 			sinkBool = ok && allowed
+		}
+	})
+	// golimiter-key and golimiter-take: BenchmarkCheck's go-limiter row in
+	// two, its caller's key ("tenant:" and the value, a string allocated
+	// per call) and memorystore's Take on a key made once (its map under
+	// a read lock, its clock, its bucket's integer step under a lock).
+	b.Run("part=golimiter-key", func(b *testing.B) {
+		for b.Loop() {
+			sinkString = "tenant:" + tenant
+		}
+	})
+	b.Run("part=golimiter-take", func(b *testing.B) {
+		s, err := memorystore.New(&memorystore.Config{Tokens: 1e9, Interval: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close(context.Background()) })
+		key := "tenant:" + tenant
+		ctx := context.Background()
+		for b.Loop() {
+			_, _, _, ok, _ := s.Take(ctx, key)
+			sinkBool = ok
 		}
 	})
 	// status: a limit's status written and its decision counted.
