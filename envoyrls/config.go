@@ -33,10 +33,8 @@ package envoyrls
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,37 +180,6 @@ func (e *dirError) Unwrap() error { return e.err }
 
 // MaxFileSize bounds one configuration file (4 MiB).
 const MaxFileSize = 4 << 20
-
-// LoadDir reads every *.yaml and *.yml file in dir, each one domain. A
-// malformed configuration returns Errors listing every problem of every
-// file (and matching ErrInvalid); a dir that does not exist, is not a
-// directory or has no such file returns an error saying so (the first
-// matching fs.ErrNotExist).
-func LoadDir(dir string) (*Config, error) {
-	fi, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, &dirError{dir + ": no such directory", err}
-	case err != nil:
-		return nil, err
-	case !fi.IsDir():
-		return nil, fmt.Errorf("%s: is a file, not a directory", dir)
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var files []string
-	for _, de := range entries {
-		if ext := filepath.Ext(de.Name()); (ext == ".yaml" || ext == ".yml") && !de.IsDir() {
-			files = append(files, filepath.Join(dir, de.Name()))
-		}
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no *.yaml or *.yml file in %s", dir)
-	}
-	return LoadFiles(files)
-}
 
 // LoadFiles reads each file, in the order given, each one domain, as
 // LoadDir does the files of its directory; no file is an empty

@@ -39,14 +39,11 @@ type rlHooks struct {
 	wait     func() error
 	svc      atomic.Pointer[envoyrls.Service]
 	log      *slog.Logger       // serve's (loadRatelimit sets it before the first load)
-	skipped  prometheus.Counter // sluice_config_files_skipped_total
+	skipped  prometheus.Counter // serve's sluice_config_files_skipped_total (loadRatelimit sets it)
 }
 
 func newRLHooks(rs *rlSettings) *rlHooks {
-	h := &rlHooks{rs: rs, xds: rs.xds, grpcOpts: rs.grpcOptions(), log: slog.Default(),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_files_skipped_total",
-			Help: "Entries of sluice ratelimit's runtime directory that a configuration load skipped (a dangling link, a link to a directory, " +
-				"a socket, FIFO or device, an unreadable directory), once per entry and load; each is logged."})}
+	h := &rlHooks{rs: rs, xds: rs.xds, grpcOpts: rs.grpcOptions(), log: slog.Default(), skipped: newSkippedCounter()}
 	if h.xds && !rs.force {
 		h.grpcOpts = append(h.grpcOpts, grpc.ChainUnaryInterceptor(h.untilConfigured))
 	}
@@ -87,7 +84,7 @@ func (h *rlHooks) configured() bool {
 // internals, whose files the visible names link to) are always left out.
 // Other entries that are not files it can read are skipped, as the
 // reference's loader skips them, and returned in skipped with why.
-func (h *rlHooks) files() (files []string, skipped []rlSkipped, err error) {
+func (h *rlHooks) files() (files []string, skipped []envoyrls.Skipped, err error) {
 	dir := h.rs.configDir
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -102,7 +99,7 @@ func (h *rlHooks) files() (files []string, skipped []rlSkipped, err error) {
 		case err != nil && p == dir:
 			return err
 		case err != nil: // (a directory that cannot be read)
-			skipped = append(skipped, rlSkipped{p, err})
+			skipped = append(skipped, envoyrls.Skipped{Path: p, Err: err})
 			return nil
 		case p == dir:
 			return nil
@@ -113,22 +110,11 @@ func (h *rlHooks) files() (files []string, skipped []rlSkipped, err error) {
 			return nil
 		case d.IsDir():
 			return nil
-		case d.Type()&fs.ModeSymlink != 0:
-			fi, err := os.Stat(p)
-			switch {
-			case err != nil: // dangling
-				skipped = append(skipped, rlSkipped{p, err})
-				return nil
-			case fi.IsDir():
-				skipped = append(skipped, rlSkipped{p, errors.New("a link to a directory (not followed)")})
-				return nil
-			case !fi.Mode().IsRegular():
-				skipped = append(skipped, rlSkipped{p, fmt.Errorf("a link to a %v, not a regular file", fi.Mode().Type())})
+		default:
+			if err := envoyrls.NotRegular(p, d); err != nil {
+				skipped = append(skipped, envoyrls.Skipped{Path: p, Err: err})
 				return nil
 			}
-		case !d.Type().IsRegular():
-			skipped = append(skipped, rlSkipped{p, fmt.Errorf("a %v, not a regular file", d.Type())})
-			return nil
 		}
 		out = append(out, p)
 		return nil
@@ -137,26 +123,15 @@ func (h *rlHooks) files() (files []string, skipped []rlSkipped, err error) {
 	return out, skipped, err
 }
 
-// rlSkipped is an entry of the configuration directory a load skipped.
-type rlSkipped struct {
-	path string
-	err  error
-}
-
 // digest hashes the configuration's files (names and contents), to notice
 // changes, a swapped symbolic link included.
 func (h *rlHooks) digest() []byte {
-	sum := sha256.New()
 	files, _, err := h.files()
 	if err != nil {
-		fmt.Fprintf(sum, "error %v", err)
+		sum := sha256.Sum256([]byte("error " + err.Error()))
+		return sum[:]
 	}
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		fmt.Fprintf(sum, "%s\x00%d\x00", f, len(b))
-		sum.Write(b)
-	}
-	return sum.Sum(nil)
+	return filesDigest(files)
 }
 
 // load reads the configuration's files; none is an empty configuration.
@@ -164,10 +139,7 @@ func (h *rlHooks) digest() []byte {
 // with "path" and "error", as the reference warns of it) and counted.
 func (h *rlHooks) load() (*envoyrls.Config, error) {
 	files, skipped, err := h.files()
-	for _, sk := range skipped {
-		h.skipped.Inc()
-		h.log.Warn("runtime config entry skipped", "path", sk.path, "error", sk.err.Error())
-	}
+	noteSkipped(h.log, h.skipped, "runtime config entry skipped", skipped)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +151,7 @@ func (h *rlHooks) load() (*envoyrls.Config, error) {
 // xDS an empty configuration until the first snapshot.
 func (s *service) loadRatelimit() error {
 	h := s.c.rl
-	h.log = s.log
+	h.log, h.skipped = s.log, s.skipped
 	for _, w := range h.rs.warnings {
 		s.log.Warn("environment variable not in effect", "variable", w.variable, "reason", w.reason)
 	}
@@ -204,9 +176,6 @@ func (s *service) loadRatelimit() error {
 // service is called once the Envoy service exists, before it serves.
 func (h *rlHooks) service(s *service) {
 	h.svc.Store(s.svc)
-	if err := s.reg.Register(h.skipped); err != nil {
-		s.log.Error("metrics: sluice_config_files_skipped_total is not exported", "error", err)
-	}
 	if !h.rs.stats {
 		return
 	}

@@ -361,6 +361,7 @@ type service struct {
 	envoy                 atomic.Pointer[envoyState]
 	last                  []byte // what the configuration in force was read from
 	lastReadErr           string
+	skipped               prometheus.Counter // sluice_config_files_skipped_total (the Envoy modes; nil with --config)
 	lim                   *limiter.Limiter
 	svc                   *envoyrls.Service
 	reloads, reloadErrors prometheus.Counter
@@ -387,11 +388,12 @@ func (s *service) loadConfig() error {
 		s.p, s.last = p, p.Source
 		return nil
 	}
+	s.skipped = newSkippedCounter() // (registry registers it)
 	if c.rl != nil {
 		return s.loadRatelimit()
 	}
-	s.last = dirDigest(c.EnvoyConfig)
-	cfg, err := envoyrls.LoadDir(c.EnvoyConfig)
+	s.last = envoyDigest(c.EnvoyConfig)
+	cfg, err := s.loadEnvoyDir()
 	if err != nil {
 		return envoyDirError(c.EnvoyConfig, err)
 	}
@@ -409,6 +411,9 @@ func (s *service) registry() *prometheus.Registry {
 	s.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_reload_errors_total",
 		Help: "Reloads rejected (the file unreadable or invalid); the configuration in force stays."})
 	reg.MustRegister(s.reloads, s.reloadErrors)
+	if s.skipped != nil {
+		reg.MustRegister(s.skipped)
+	}
 	s.reg = reg
 	return reg
 }

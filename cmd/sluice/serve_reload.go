@@ -4,15 +4,10 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"os"
-	"path/filepath"
-	"sort"
 	"time"
 
-	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -72,11 +67,11 @@ func (s *service) reloadEnvoy(why string) {
 		return // (the xDS client sets the configuration)
 	}
 	var d []byte
-	load := func() (*envoyrls.Config, error) { return envoyrls.LoadDir(s.c.EnvoyConfig) }
-	if s.c.rl != nil { // (its own files only: dirDigest would block on a FIFO among them)
+	load := s.loadEnvoyDir
+	if s.c.rl != nil { // (its runtime directory, read as the reference reads it)
 		d, load = s.c.rl.digest(), s.c.rl.load
 	} else {
-		d = dirDigest(s.c.EnvoyConfig)
+		d = envoyDigest(s.c.EnvoyConfig)
 	}
 	if why == "file change" && bytes.Equal(d, s.last) {
 		return
@@ -104,22 +99,8 @@ func (s *service) reloadEnvoy(why string) {
 }
 
 // digestVersion is the policy_version of an Envoy configuration: the first
-// 16 hex digits of its dirDigest (as a policy's Version is of its file).
+// 16 hex digits of its digest (as a policy's Version is of its file).
 func digestVersion(d []byte) string { return hex.EncodeToString(d)[:16] }
-
-// dirDigest hashes the *.yaml files of dir (names and contents), to notice
-// changes.
-func dirDigest(dir string) []byte {
-	files, _ := filepath.Glob(filepath.Join(dir, "*.y*ml"))
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
-		h.Write(b)
-	}
-	return h.Sum(nil)
-}
 
 // reloadInfo is the last reload's outcome, for /v1/stats (the live page).
 type reloadInfo struct {
