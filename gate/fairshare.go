@@ -92,8 +92,9 @@ func (f *FairShare) storeShare() *store.FairShare {
 }
 
 // shareItems names the share holder of a call's fair-share items: its
-// tenant (ctx, from Tenant), prefixed by its class's name and "\x1f" when
-// it has a class, and the tenant's weight; a call with no tenant is the
+// tenant (ctx, from Tenant) with its class, as the limiter names it
+// (store.ShareHolder: no tenant's value names another class's or
+// tenant's holder), and the tenant's weight; a call with no tenant is the
 // "other" holder, weight 1.
 func (g *Gate) shareItems(ctx context.Context, cls policy.Priority, items []store.Item) {
 	if !g.cfg.FairShare.On() {
@@ -102,13 +103,10 @@ func (g *Gate) shareItems(ctx context.Context, cls policy.Priority, items []stor
 	tenant, _ := ctx.Value(tenantKey{}).(string)
 	holder, w := store.OtherHolder, uint32(1)
 	if tenant != "" {
-		holder, w = tenant, 1
 		if x, ok := g.cfg.FairShare.Weights[tenant]; ok {
 			w = x
 		}
-		if cls.Name != "" {
-			holder = cls.Name + "\x1f" + tenant
-		}
+		holder = store.ShareHolder(cls.Name, tenant)
 	}
 	for i := range items {
 		if items[i].Spec.FairShare != nil {

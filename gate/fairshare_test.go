@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/bucket"
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -138,5 +139,65 @@ func TestFairShareConfig(t *testing.T) {
 	}
 	if err := g.Do(context.Background(), 1, nop, gate.Tenant("acme")); err != nil {
 		t.Errorf("Tenant on a gate without FairShare: %v", err)
+	}
+}
+
+// holderRec records the share holder of the fair-share items a gate takes.
+type holderRec struct {
+	store.Store
+	holders []string
+}
+
+func (r *holderRec) Take(ctx context.Context, items []store.Item) (store.Result, error) {
+	for _, it := range items {
+		if it.Spec.FairShare != nil {
+			r.holders = append(r.holders, it.Tenant)
+		}
+	}
+	return r.Store.Take(ctx, items)
+}
+
+// A tenant's value is the caller's: one that spells a class's holder
+// ("batch\x1facme", with no class, on a gate with classes) is a holder of
+// its own, never batch's acme (whose virtual time and weight it would
+// take over), as in the limiter (limiter TestFairShareHolderNotSpoofed).
+func TestFairShareHolderNotSpoofed(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	rec := &holderRec{Store: st}
+	g, err := gate.New(gate.Config{Name: "llm", Limit: bucket.Limit{Capacity: 100, Rate: 100}, Store: rec,
+		FairShare:  gate.FairShare{ActiveWindow: 10 * time.Second},
+		Priorities: []policy.Priority{{Name: "interactive"}, {Name: "batch", Reserve: 500_000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := func(class, tenant string) string {
+		t.Helper()
+		opts := []gate.Option{gate.Tenant(tenant)}
+		if class != "" {
+			opts = append(opts, gate.Priority(class))
+		}
+		rec.holders = nil
+		if err := g.Do(context.Background(), 1, nop, opts...); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.holders) != 1 {
+			t.Fatalf("class %q tenant %q: %d fair-share items taken, want 1", class, tenant, len(rec.holders))
+		}
+		return rec.holders[0]
+	}
+	seen := map[string]string{}
+	for _, r := range [][2]string{{"batch", "acme"}, {"", "batch\x1facme"}, {"", "\x1fbatch\x1facme"}, {"batch", "\x1facme"}, {"", "acme"}, {"", "\x1f"}, {"batch", ""}} {
+		h := holder(r[0], r[1])
+		if prev, dup := seen[h]; dup {
+			t.Errorf("class %q tenant %q: holder %q, as %s's", r[0], r[1], h, prev)
+		}
+		seen[h] = r[0] + "/" + r[1]
+	}
+	if h := holder("", "acme"); h != "acme" {
+		t.Errorf("a plain tenant's holder %q, want acme", h)
+	}
+	if h := holder("batch", "acme"); h != "batch\x1facme" {
+		t.Errorf("batch's acme's holder %q, want batch\\x1facme", h)
 	}
 }

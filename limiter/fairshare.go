@@ -6,15 +6,9 @@
 package limiter
 
 import (
-	"strings"
-
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
-
-// shareSep separates a class from a tenant in a holder's name, so that
-// shares apply within a class: "<class>\x1f<tenant>".
-const shareSep = "\x1f"
 
 // ShareStatus is what a fair_share limit's status shows (JSON
 // "fair_share"): the tenant the request counted for ("" for the shared
@@ -41,11 +35,9 @@ func (s *LimitStatus) ShareRefused() bool {
 // share sets item it of fair_share limit lim for req, and its status st:
 // its Tenant, the value of the fair_share's by descriptor (a request
 // without it is the shared "other" holder, store.OtherHolder, weight 1),
-// prefixed by the request's class (Request.Priority, else the policy's
-// default) and shareSep when it has one (with no class, a tenant holding
-// shareSep is prefixed by shareSep alone: a client's value never names
-// another's holder); its Weight, the tenant's in the
-// policy.
+// named with the request's class (Request.Priority, else the policy's
+// default) by store.ShareHolder, so that a client's value never names
+// another's holder; its Weight, the tenant's in the policy.
 func (c *compiled) share(it *store.Item, st *LimitStatus, lim *policy.Limit, req *Request) {
 	fs := lim.FairShare
 	tenant, ok := req.Descriptors[fs.By]
@@ -60,14 +52,5 @@ func (c *compiled) share(it *store.Item, st *LimitStatus, lim *policy.Limit, req
 	if class == "" {
 		class = c.p.DefaultPriority
 	}
-	switch {
-	case class != "":
-		tenant = class + shareSep + tenant
-	case strings.Contains(tenant, shareSep):
-		// A class's name never holds shareSep nor is empty, so a tenant
-		// that does, with no class, is told apart from every class's
-		// holder (and a plain tenant's) by a leading shareSep.
-		tenant = shareSep + tenant
-	}
-	it.Tenant = tenant
+	it.Tenant = store.ShareHolder(class, tenant)
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -29,6 +30,27 @@ type FairShare struct {
 // beyond a key's MaxTenants: one share, weight 1, always admitted to the
 // tenant set (which so holds at most MaxTenants+1 holders).
 const OtherHolder = ""
+
+// ShareSep separates a class from a tenant in a share holder's name
+// (ShareHolder).
+const ShareSep = "\x1f"
+
+// ShareHolder is the share holder of a request of class (its name, "" for
+// none) and tenant (a client's value, not ""): "<class>\x1f<tenant>" with
+// a class, so that shares apply within a class; with none, the tenant
+// itself, or "\x1f<tenant>" when it holds ShareSep. A class's name never
+// holds ShareSep nor is empty, so no tenant's value, with a class or
+// without, names another class's or tenant's holder. The limiter and the
+// shared gate name holders by it alike.
+func ShareHolder(class, tenant string) string {
+	switch {
+	case class != "":
+		return class + ShareSep + tenant
+	case strings.Contains(tenant, ShareSep):
+		return ShareSep + tenant
+	}
+	return tenant
+}
 
 // DefaultMaxTenants is the policy's max_tenants when none is written.
 const DefaultMaxTenants = 10_000
