@@ -22,9 +22,11 @@ import (
 //   - while the circuit is open nothing is sent to the shared book: a
 //     request_id is claimed, and a receipt recorded, in an in-process book
 //     (book.Memory, bounded by the same Config), so that a retry, a settle
-//     or a release reaching this instance works as usual, while one
-//     reaching another instance does not find it (its request_id decides
-//     anew; its receipt id is unknown_lease);
+//     or a release reaching this instance works as usual, during the
+//     outage and after it (an id claimed in process is answered there for
+//     its idempotency window), while one reaching another instance does
+//     not find it (its request_id decides anew; its receipt id is
+//     unknown_lease);
 //   - a receipt whose record could not be written to the shared book (the
 //     call failed or timed out) is recorded in process instead: every receipt
 //     id handed out is usable later on the instance that issued it, and on
@@ -43,12 +45,16 @@ type Book struct {
 	shared book.Book
 	local  *book.Memory
 	claims sync.Map // request ids claimed locally (id + "\x00" + fp)
+	kept   keptIDs  // request ids claimed locally, for their window
 }
 
 // NewBook returns shared wrapped by s's bounds and circuit; cfg bounds the
 // in-process book used while s is degraded.
 func NewBook(s *Store, shared book.Book, cfg book.Config) *Book {
-	return &Book{s: s, shared: shared, local: book.NewMemory(cfg, nil)}
+	b := &Book{s: s, shared: shared, local: book.NewMemory(cfg, nil)}
+	cfg = cfg.Defaults()
+	b.kept.window, b.kept.max = cfg.IdempotencyWindow, cfg.MaxAnswers
+	return b
 }
 
 // down reports whether a call to the shared book must not be sent.
@@ -88,18 +94,32 @@ func isBookAnswer(err error) bool {
 	return false
 }
 
-// Begin implements book.Book. The shared book's Begin, which may wait for
-// a racing first request's answer, is bounded by the timeout as a whole:
-// when it does not answer in time (a frozen store, or a first request
-// still deciding) the request is told the first did not finish (nil, not
-// owner: the service answers 503 retry), and a ping in the background
-// tells the two apart (it opens the circuit if the store does not answer
-// either). A store that fails outright opens the circuit at once, and the
-// id is claimed in process.
+// Begin implements book.Book. A request id claimed in process (while the
+// circuit was open) is answered there for its idempotency window, the
+// circuit open or not: a retry, or envoy_settle's stream-done call, after
+// the store answers again finds the answer (or the booking) made during
+// the outage rather than claiming the id anew on the shared book.
+//
+// The shared book's Begin, which may wait for a racing first request's
+// answer, is bounded by the timeout as a whole. When it has not answered
+// within half the timeout, one ping of the primary is sent: if the ping
+// has not answered either by the timeout, the store is taken as frozen,
+// the circuit opens and the id is claimed in process at once (so that the
+// call's decision after it does not wait out a second timeout); if the
+// ping answered, the first request is still deciding and the request is
+// told the first did not finish (nil, not owner: the service answers 503
+// retry). A store that fails outright opens the circuit at once, and the
+// id is claimed in process. When the caller's own deadline ends the wait
+// first, the request is told the first did not finish, and a ping in the
+// background opens the circuit if the store does not answer it.
 func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
 	if !b.down() {
+		if ans, owner, err, ok := b.beginKept(ctx, id, fp); ok {
+			return ans, owner, err
+		}
 		var ans []byte
 		var owner bool
+		answered := b.s.pingAfter(b.s.cfg.Timeout / 2)
 		done, err := b.s.boundedCall(ctx, func(ctx context.Context) error {
 			var err error
 			ans, owner, err = b.shared.Begin(ctx, id, fp)
@@ -111,22 +131,43 @@ func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
 				cancel()
 			}
 		})
+		alive := answered()
+		timedOut := !done || errors.Is(err, context.DeadlineExceeded)
 		switch {
 		case done && !b.failed(ctx, err, done, nil):
 			return ans, owner, err
 		case !outage(ctx, err):
 			return nil, false, err // the caller left
-		case !done || errors.Is(err, context.DeadlineExceeded):
+		case timedOut && ctx.Err() == nil && !alive:
+			b.s.degrade(err) // neither the claim nor a ping answered: frozen
+		case timedOut:
 			b.s.suspect()
 			return nil, false, nil
+		default:
+			b.s.degrade(err)
 		}
-		b.s.degrade(err)
 	}
 	ans, owner, err := b.local.Begin(ctx, id, fp)
 	if owner {
 		b.claims.Store(id+"\x00"+fp, struct{}{})
+		b.kept.add(id)
 	}
 	return ans, owner, err
+}
+
+// beginKept is Begin on the in-process book for an id claimed there within
+// its idempotency window (ok false: none, decide on the shared book).
+func (b *Book) beginKept(ctx context.Context, id, fp string) (ans []byte, owner bool, err error, ok bool) {
+	if !b.kept.has(id) {
+		return nil, false, nil, false
+	}
+	ans, owner, err = b.local.Begin(ctx, id, fp)
+	if owner { // the in-process book no longer holds it (its cap): undo the claim
+		b.local.Finish(ctx, id, fp, nil)
+		b.kept.forget(id)
+		return nil, false, nil, false
+	}
+	return ans, owner, err, true
 }
 
 // Finish implements book.Book: on the book that holds the claim; a claim
@@ -134,6 +175,9 @@ func (b *Book) Begin(ctx context.Context, id, fp string) ([]byte, bool, error) {
 func (b *Book) Finish(ctx context.Context, id, fp string, answer []byte) {
 	if _, ok := b.claims.LoadAndDelete(id + "\x00" + fp); ok {
 		b.local.Finish(ctx, id, fp, answer)
+		if answer == nil {
+			b.kept.forget(id)
+		}
 		return
 	}
 	if b.down() {

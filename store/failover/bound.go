@@ -119,6 +119,27 @@ func (s *Store) suspect() {
 	}()
 }
 
+// pingAfter sends one ping of the primary, bounded by the timeout, d from
+// now; the returned func stops it if it has not started and reports
+// whether it answered (an answer that is a refusal included). Without
+// Ping, nothing tells: the func reports true.
+func (s *Store) pingAfter(d time.Duration) func() bool {
+	if s.ping == nil {
+		return func() bool { return true }
+	}
+	var answered atomic.Bool
+	t := time.AfterFunc(d, func() {
+		ctx := context.Background()
+		if err := s.bounded(ctx, s.ping, nil); !outage(ctx, err) {
+			answered.Store(true)
+		}
+	})
+	return func() bool {
+		t.Stop()
+		return answered.Load()
+	}
+}
+
 // probe pings the primary once per probe interval while degraded, each
 // ping bounded by the timeout, and hands back to it when one answers. One
 // probe runs at a time (s.probing).
