@@ -15,11 +15,16 @@ import (
 	"github.com/sluicehq/sluice/internal/answer"
 )
 
-// MaxDetailedKeys bounds the distinct stats keys that detailed_metric and
-// value_to_metric make from requests' values across a Service's life;
-// beyond it a descriptor is counted under its configuration's key (as
-// without those fields), so that requests cannot grow the metrics
-// without bound.
+// MaxDetailedKeys bounds the series (label sets, {domain, key1} or
+// {domain, key1, key2}) that stats keys made of requests' values —
+// detailed_metric, value_to_metric, a descriptor's own limit — add to the
+// reference's per-limit metrics across a Service's life: a key whose
+// series exists is counted there; a key that would add a series beyond
+// the bound is counted under its configuration's key (as without those
+// fields) and in sluice_envoy_detailed_keys_dropped_total. So requests
+// cannot grow the metrics (nor the memory that holds them) without bound:
+// a flood of distinct values keeps at most this many series, the first
+// made, each of at most two entries' keys and values (MaxEntryBytes).
 const MaxDetailedKeys = 10000
 
 // NearLimitRatio is the reference's NEAR_LIMIT_RATIO default: an admitted
@@ -36,8 +41,7 @@ type refStats struct {
 	calls             prometheus.Counter  // requests{grpc_method="ShouldRateLimit"}
 	callTime          prometheus.Observer // latency's
 	loads, loadErrors atomic.Int64
-	mu                sync.Mutex
-	detailed          map[string]bool // stats keys made of request values
+	dropped           prometheus.Counter // sluice_envoy_detailed_keys_dropped_total
 }
 
 // RegisterReference counts the service's decisions in reg under the
@@ -56,7 +60,9 @@ type refStats struct {
 //     configuration's nodes (a key-only node by its key, a wildcard by its
 //     pattern): bounded by the configuration. detailed_metric and
 //     value_to_metric put request values in it as the reference does, at
-//     most MaxDetailedKeys of them.
+//     most MaxDetailedKeys series of them; each descriptor counted under
+//     its configuration's key beyond is counted in
+//     sluice_envoy_detailed_keys_dropped_total.
 //   - ratelimit_service_total_requests{grpc_method} and
 //     ratelimit_service_response_time_seconds{grpc_method} (a histogram),
 //     grpc_method "ShouldRateLimit";
@@ -73,13 +79,15 @@ func (s *Service) RegisterReference(reg prometheus.Registerer) error {
 			Help: "ShouldRateLimit calls that failed, by err_type: redis_error or service_error (the reference's name)."}, []string{"err_type"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
 			Help: "ShouldRateLimit's time to answer (the reference's name)."}, []string{"grpc_method"}),
-		detailed: map[string]bool{},
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_envoy_detailed_keys_dropped_total",
+			Help: "Descriptors counted under their configuration's stats key in the reference's per-limit metrics because their own key " +
+				"(request values: detailed_metric, value_to_metric, a descriptor's limit) would have added a series beyond envoyrls.MaxDetailedKeys."}),
 	}
 	loads := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success",
 		Help: "Rate-limit configurations loaded (the reference's name)."}, func() float64 { return float64(r.loads.Load()) })
 	loadErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error",
 		Help: "Rate-limit configurations refused, the one in force kept (the reference's name)."}, func() float64 { return float64(r.loadErrors.Load()) })
-	for _, c := range []prometheus.Collector{r.limits, r.requests, r.errors, r.latency, loads, loadErrors} {
+	for _, c := range []prometheus.Collector{r.limits, r.requests, r.errors, r.latency, loads, loadErrors, r.dropped} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -130,13 +138,14 @@ type refCache struct {
 // kept on the node when the key names only the configuration.
 func (r *refStats) countsFor(domain string, entries [][2]string, path []step) *[nStats]atomic.Uint64 {
 	if path == nil || !static(path) {
-		return r.limits.counts(r.statKey(domain, entries, path))
+		return r.detailedCounts(r.statKey(domain, entries, path))
 	}
 	leaf := path[len(path)-1].node
 	if c := leaf.ref.Load(); c != nil && c.r == r && c.domain == domain {
 		return c.counts
 	}
-	c := &refCache{r: r, domain: domain, counts: r.limits.counts(r.statKey(domain, entries, path))}
+	key, _ := r.statKey(domain, entries, path)
+	c := &refCache{r: r, domain: domain, counts: r.limits.counts(key, false)}
 	leaf.ref.Store(c)
 	return c.counts
 }
@@ -156,10 +165,26 @@ func static(path []step) bool {
 	return true
 }
 
+// detailedCounts are the counts of key, a stats key that may hold request
+// values, or those of cfgKey, the key without them, where key would add a
+// series beyond MaxDetailedKeys (counted in dropped).
+func (r *refStats) detailedCounts(key, cfgKey string) *[nStats]atomic.Uint64 {
+	if key == cfgKey {
+		return r.limits.counts(key, false)
+	}
+	if c := r.limits.counts(key, true); c != nil {
+		return c
+	}
+	r.dropped.Inc()
+	return r.limits.counts(cfgKey, false)
+}
+
 // statKey is a matched descriptor's stats key as the reference service
-// makes it (config GetLimit's FullKey), bounded: path nil is a descriptor
-// with its own limit, "DOMAIN.KEY_VALUE..." of its entries as there.
-func (r *refStats) statKey(domain string, entries [][2]string, path []step) string {
+// makes it (config GetLimit's FullKey), and cfgKey the key of the
+// configuration's nodes alone (the two are equal when the key holds no
+// request value): path nil is a descriptor with its own limit,
+// "DOMAIN.KEY_VALUE..." of its entries as there.
+func (r *refStats) statKey(domain string, entries [][2]string, path []step) (key, cfgKey string) {
 	var b, base strings.Builder
 	b.WriteString(domain)
 	base.WriteString(domain)
@@ -171,7 +196,7 @@ func (r *refStats) statKey(domain string, entries [][2]string, path []step) stri
 				b.WriteString("_" + e[1])
 			}
 		}
-		return r.bounded(b.String(), base.String())
+		return b.String(), base.String()
 	}
 	share := false
 	for _, st := range path {
@@ -204,25 +229,7 @@ func (r *refStats) statKey(domain string, entries [][2]string, path []step) stri
 			b.WriteString("_" + v)
 		}
 	}
-	return r.bounded(b.String(), base.String())
-}
-
-// bounded is key, a stats key with request values in it, while fewer
-// than MaxDetailedKeys such keys were made; beyond, cfgKey, the key
-// without them.
-func (r *refStats) bounded(key, cfgKey string) string {
-	if key == cfgKey {
-		return key
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.detailed[key] {
-		if len(r.detailed) >= MaxDetailedKeys {
-			return cfgKey
-		}
-		r.detailed[key] = true
-	}
-	return key
+	return b.String(), base.String()
 }
 
 // observe counts a decided descriptor with a limit.
@@ -268,10 +275,11 @@ var refLimitNames = [nStats][2]string{
 // key1}, one of more as {domain, key1, key2}. One metric name has both
 // label sets, so it is an unchecked collector (Describe sends nothing).
 type refLimits struct {
-	mu    sync.RWMutex
-	m     map[[3]string]*[nStats]atomic.Uint64 // {domain, key1, key2}; key2 "\x00": none
-	two   [nStats]*prometheus.Desc             // {domain, key1}
-	three [nStats]*prometheus.Desc             // {domain, key1, key2}
+	mu       sync.RWMutex
+	m        map[[3]string]*[nStats]atomic.Uint64 // {domain, key1, key2}; key2 "\x00": none
+	detailed int                                  // series of m made by keys with request values (at most MaxDetailedKeys)
+	two      [nStats]*prometheus.Desc             // {domain, key1}
+	three    [nStats]*prometheus.Desc             // {domain, key1, key2}
 }
 
 func newRefLimits() *refLimits {
@@ -283,8 +291,10 @@ func newRefLimits() *refLimits {
 	return l
 }
 
-// counts are the counts of a stats key, made on first use.
-func (l *refLimits) counts(key string) *[nStats]atomic.Uint64 {
+// counts are the counts of a stats key, made on first use; with detailed
+// (a key holding request values), made only while fewer than
+// MaxDetailedKeys such series were: beyond, nil.
+func (l *refLimits) counts(key string, detailed bool) *[nStats]atomic.Uint64 {
 	parts := strings.SplitN(strings.ToValidUTF8(key, "\uFFFD"), ".", 4)
 	k := [3]string{parts[0], "", "\x00"}
 	copy(k[1:], parts[1:min(len(parts), 3)])
@@ -297,6 +307,12 @@ func (l *refLimits) counts(key string) *[nStats]atomic.Uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c = l.m[k]; c == nil {
+		if detailed {
+			if l.detailed >= MaxDetailedKeys {
+				return nil
+			}
+			l.detailed++
+		}
 		c = new([nStats]atomic.Uint64)
 		l.m[k] = c
 	}
