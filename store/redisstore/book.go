@@ -38,6 +38,7 @@ type Book struct {
 	prefix string
 	cfg    book.Config
 	drops  atomic.Uint64
+	adds   addQueue // a single Redis's records waiting for a script call
 }
 
 // NewBook returns a Book on s's Redis, bounded by cfg (zero fields: the
@@ -161,16 +162,31 @@ func newID() string {
 }
 
 // AddRecord implements book.Book: the record's hash, its expiry and, with a
-// receipt, its place among the receipts, in one pipeline.
+// receipt, its place among the receipts. On a single Redis they are one
+// script call, shared by the records added at the same time (addSingle);
+// on a cluster, where the record and the receipts are in different hash
+// slots, a pipeline writes the record, then a script call orders it.
 func (b *Book) AddRecord(ctx context.Context, r book.Record) (string, error) {
 	id := newID()
 	s, _ := json.Marshal(storedSlots(r.Slots))
+	ttl := max(b.cfg.ReceiptWindow, r.SlotsTTL)
+	if !b.s.cluster {
+		c := &addCall{key: b.recordKey(id), slots: string(s), ttl: itoa(ttl.Milliseconds()), id: id}
+		if len(r.Receipt) > 0 {
+			c.receipt, c.at = string(r.Receipt), nowMS()
+		}
+		if err := b.addSingle(ctx, c); err != nil {
+			return "", err
+		}
+		return id, nil
+	}
+	ctx, cancel := b.s.ctx(ctx)
+	defer cancel()
 	key := b.recordKey(id)
 	cmd := b.c.B().Hset().Key(key).FieldValue().FieldValue("s", string(s)) // 's' always: the hash outlives its receipt
 	if len(r.Receipt) > 0 {
-		cmd = cmd.FieldValue("r", string(r.Receipt)).FieldValue("t", strconv.FormatInt(time.Now().UnixMilli(), 10))
+		cmd = cmd.FieldValue("r", string(r.Receipt)).FieldValue("t", nowMS())
 	}
-	ttl := max(b.cfg.ReceiptWindow, r.SlotsTTL)
 	cmds := rueidis.Commands{cmd.Build(), b.c.B().Pexpire().Key(key).Milliseconds(ttl.Milliseconds()).Build()}
 	res := b.c.DoMulti(ctx, cmds...)
 	for _, x := range res {
@@ -184,15 +200,7 @@ func (b *Book) AddRecord(ctx context.Context, r book.Record) (string, error) {
 		if err != nil {
 			return id, b.s.fail("book", err) // the record is written; only its place among receipts is not
 		}
-		for i := 0; i+1 < len(popped); i += 2 { // ZPOPMIN: member, score
-			old, err := popped[i].ToString()
-			if err != nil {
-				continue
-			}
-			if n, err := dropScript.Exec(ctx, b.c, []string{b.recordKey(old)}, nil).AsInt64(); err == nil && n == 1 {
-				b.drops.Add(1)
-			}
-		}
+		b.drop(ctx, popped)
 	}
 	return id, nil
 }
