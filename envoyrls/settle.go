@@ -65,6 +65,22 @@ func (ids *settleIDs) settleEntry(bys []string, i, n int, key, value string) (bo
 	return true, nil
 }
 
+// unbooked is what a call does when the book cannot claim its id (Begin's
+// error: a store refusing writes, such as Redis at maxmemory, or failing):
+// the call is decided as one without envoy_settle (nil), a request path
+// then booking nothing and a stream-done call charging its hits_addend,
+// rather than answered UNAVAILABLE (which Envoy, failing open by default,
+// would take as no limit, and a stream-done call's usage never charged).
+// A caller that left gets its error.
+func unbooked(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		p := answer.Classify(err)
+		p.Msg = "book: " + p.Msg
+		return grpcError(p)
+	}
+	return nil
+}
+
 // booking is a request-path call's claim of its id in the book; finish
 // records what the call booked.
 type booking struct {
@@ -81,8 +97,9 @@ const bookingFP = "envoy_settle"
 // receipt is asked for; the caller decides them and calls finish. A call
 // for a booked id (the stream-done call) settles the booking to its
 // hits_addend and is answered here (resp). A call for an id whose
-// request path was refused, or whose booking is gone (settled, expired,
-// dropped), is decided as any call (nil, nil, nil).
+// request path was refused, whose booking is gone (settled, expired,
+// dropped), or that the book cannot claim (unbooked), is decided as any
+// call (nil, nil, nil).
 func (s *PolicyService) settleBegin(ctx context.Context, req *rls.RateLimitRequest, reqs []limiter.Request, ids *settleIDs) (*booking, *rls.RateLimitResponse, error) {
 	if s.book == nil || ids.id == "" {
 		return nil, nil, nil
@@ -119,9 +136,7 @@ func (s *PolicyService) settleBegin(ctx context.Context, req *rls.RateLimitReque
 	key := "envoy_settle|" + string(envoyEsc.Append(nil, req.GetDomain())) + "|" + ids.id
 	ans, owner, err := s.book.Begin(ctx, key, bookingFP)
 	if err != nil {
-		p := answer.Classify(err)
-		p.Msg = "book: " + p.Msg
-		return nil, nil, grpcError(p)
+		return nil, nil, unbooked(ctx, err)
 	}
 	if !owner {
 		rid, ok := strings.CutPrefix(string(ans), bookedTag)

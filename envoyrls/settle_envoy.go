@@ -71,7 +71,8 @@ type bookedItem struct {
 // and the caller decides and calls finish. A call for a booked id (the
 // stream-done call) settles each booked bucket to what the call's
 // descriptors of it say (their hits_addend, summed) and is answered OK
-// here. Otherwise the call is decided as any (nil, nil, nil).
+// here. Otherwise (unbooked included) the call is decided as any (nil,
+// nil, nil).
 func (s *Service) settleBegin(ctx context.Context, req *rls.RateLimitRequest, c *rlsCall) (*envoyBooking, *rls.RateLimitResponse, error) {
 	if s.book == nil || c.settleID == "" {
 		return nil, nil, nil
@@ -86,9 +87,7 @@ func (s *Service) settleBegin(ctx context.Context, req *rls.RateLimitRequest, c 
 	key := "envoy_settle|" + string(envoyEsc.Append(nil, req.GetDomain())) + "|" + c.settleID
 	ans, owner, err := s.book.Begin(ctx, key, bookingFP)
 	if err != nil {
-		p := answer.Classify(err)
-		p.Msg = "book: " + p.Msg
-		return nil, nil, grpcError(p)
+		return nil, nil, unbooked(ctx, err)
 	}
 	if !owner {
 		rid, ok := strings.CutPrefix(string(ans), bookedTag)
