@@ -110,7 +110,9 @@ func (l *Limiter) CheckMany(ctx context.Context, reqs []Request) (ManyResult, er
 		if err != nil {
 			return ManyResult{}, err
 		}
-		c.setClass(cls, &out, items, shadow)
+		if err := c.setClass(cls, &out, items, shadow, refs, which); err != nil {
+			return ManyResult{}, err
+		}
 	}
 	if denied { // (a deny refuses every request: the others take nothing)
 		for j := range items {

@@ -17,7 +17,9 @@ import (
 // classify resolves req's class (Request.Priority, else the policy's
 // default_priority), records it in res, and sets each item's reserve; a
 // class that bounds its queue cuts req.MaxWait to its max_queue_ms (0:
-// the request never waits). An unknown class is an error, nothing taken.
+// the request never waits). An unknown class is an error, and so is a
+// cost above what the class may ever take of an enforced limit (a
+// *CostError, classCostError), nothing taken.
 func (c *compiled) classify(req *Request, items []store.Item, res *Result) error {
 	cls, err := c.p.Priority(req.Priority)
 	if err != nil {
@@ -28,10 +30,30 @@ func (c *compiled) classify(req *Request, items []store.Item, res *Result) error
 	if cls.Reserve != 0 {
 		for j := range items {
 			items[j].Reserve = cls.Reserve
+			if st := &res.Limits[j]; !st.Shadow && !skipped(st.Override) {
+				if err := classCostError(&items[j], st.Name); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	for i := range res.Limits {
 		res.Limits[i].Priority = cls.Name
+	}
+	return nil
+}
+
+// classCostError is the *CostError of enforced item it of limit name when
+// its cost is above what its class may ever take
+// (store.Spec.ClassCapacity: one slot of an in-flight cap), as for a cost
+// above the capacity: it can never be admitted, retrying is useless.
+func classCostError(it *store.Item, name string) error {
+	cost := it.Cost
+	if it.Spec.HoldsSlots() {
+		cost = min(cost, 1)
+	}
+	if n := it.Spec.ClassCapacity(it.Reserve); cost > n {
+		return &CostError{Limit: name, Cost: cost, Capacity: n}
 	}
 	return nil
 }
@@ -73,8 +95,11 @@ func (c *compiled) classified(reqs []Request) bool {
 }
 
 // setClass records class cls in a CheckMany's results and sets its
-// reserve on the call's items.
-func (c *compiled) setClass(cls policy.Priority, out *ManyResult, items ...[]store.Item) {
+// reserve on the call's items: items, the enforced ones, and shadow.
+// Enforced item j is the one request r's limit k refers to (refs[r][k] ==
+// j; which[r][k] its policy index); a cost above what the class may ever
+// take of one is its *CostError (classCostError).
+func (c *compiled) setClass(cls policy.Priority, out *ManyResult, items, shadow []store.Item, refs, which [][]int) error {
 	for r := range out.Results {
 		out.Results[r].Priority, out.Results[r].class = cls.Name, c.classIndex(cls.Name)
 		for k := range out.Results[r].Limits {
@@ -82,13 +107,32 @@ func (c *compiled) setClass(cls policy.Priority, out *ManyResult, items ...[]sto
 		}
 	}
 	if cls.Reserve == 0 {
-		return
+		return nil
 	}
-	for _, its := range items {
-		for j := range its {
-			its[j].Reserve = cls.Reserve
+	for j := range shadow {
+		shadow[j].Reserve = cls.Reserve
+	}
+	for j := range items {
+		items[j].Reserve = cls.Reserve
+		if err := classCostError(&items[j], ""); err != nil {
+			err.(*CostError).Limit = c.itemLimit(j, refs, which)
+			return err
 		}
 	}
+	return nil
+}
+
+// itemLimit is the name of the limit of CheckMany's enforced item j
+// (refs and which as for setClass).
+func (c *compiled) itemLimit(j int, refs, which [][]int) string {
+	for r := range refs {
+		for k, x := range refs[r] {
+			if x == j {
+				return c.p.Limits[which[r][k]].Name
+			}
+		}
+	}
+	return ""
 }
 
 // decisionCounter is sluice_decisions_total's series for a limit, result,

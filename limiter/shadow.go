@@ -16,14 +16,14 @@ import (
 // take (a store's Take), after the enforced limits (refused: they refused
 // the request): it takes its cost only where it would admit, and is peeked
 // (its Cost set to 0) when the request was refused, the cost is above its
-// capacity, or it is an in-flight cap (a shadow request holds no slot). It
+// capacity (its class's: store.Spec.ClassCapacity), or it is an in-flight cap (a shadow request holds no slot). It
 // never refuses, not even by failing: on the store's error, returned for
 // the caller to log, the item is reported as admitting, nothing taken.
 // ShadowRefused then tells its would-be refusal.
 func DecideShadow(one []store.Item, refused bool, take func([]store.Item) (store.Result, error)) error {
 	it := &one[0]
 	it.MaxWait = 0
-	if refused || it.Spec.HoldsSlots() || it.Cost > it.Spec.Capacity() {
+	if refused || it.Spec.HoldsSlots() || it.Cost > it.Spec.ClassCapacity(it.Reserve) {
 		it.Cost = 0
 	}
 	_, err := take(one)
@@ -39,7 +39,7 @@ func DecideShadow(one []store.Item, refused bool, take func([]store.Item) (store
 // (a cost above its capacity never is).
 func ShadowRefused(it store.Item, cost int64) bool {
 	if it.Cost == 0 && cost > 0 {
-		return cost > it.Spec.Capacity() || it.Decision.Remaining < cost
+		return cost > it.Spec.ClassCapacity(it.Reserve) || it.Decision.Remaining < cost
 	}
 	return !it.Decision.Allowed
 }

@@ -1,6 +1,6 @@
 // Priority classes in the kind table: a class's reserve applied to each
-// kind's limit (StepReserved, BookReserved, ReservedSlots), the same in
-// every store (docs/behaviour.md "Priority classes").
+// kind's limit (StepReserved, BookReserved, ReservedSlots) and the most
+// one request of a class may cost (ClassCapacity), the same in every store (docs/behaviour.md "Priority classes").
 
 package store
 
@@ -33,6 +33,48 @@ func Reserved(n int64, ppm uint32) int64 {
 // ReservedSlots is the in-flight slots a class with reserve ppm may fill
 // of a Concurrency spec's MaxInFlight (Reserved of it).
 func (s *Spec) ReservedSlots(ppm uint32) int64 { return Reserved(s.MaxInFlight, ppm) }
+
+// ClassCapacity is the largest cost one request of a class with reserve
+// ppm may ever be admitted for on s (ppm 0: Capacity): the whole tokens
+// of a token bucket's Reserved capacity in its fixed-point units
+// (floor(floor(B·Unit·(10^6−ppm)/10^6)/Unit)), the limit of a window or
+// a quota cut by the reserve (Reserved), the slots of an in-flight cap the
+// class may fill (ReservedSlots). A cost above it never is, not even from
+// a full bucket or an empty window: Validate refuses it, as a cost above
+// the capacity, with sluice.ErrCostExceedsCapacity (an in-flight cap's
+// item needs one slot for any cost above 0).
+func (s *Spec) ClassCapacity(ppm uint32) int64 {
+	if ppm == 0 {
+		return s.Capacity()
+	}
+	if s.Kind == TokenBucket {
+		b := s.Bucket.Reserved(ppm)
+		return b.CapacityUnits() / b.Unit()
+	}
+	return Reserved(s.Capacity(), ppm)
+}
+
+// classCost is the part of its class's capacity (ClassCapacity) item it
+// needs: its cost, or one slot of an in-flight cap for a cost above 0.
+func (it *Item) classCost() int64 {
+	if it.Spec.HoldsSlots() {
+		return min(it.Cost, 1)
+	}
+	return it.Cost
+}
+
+// classCostError is the error Validate returns for an item of a priority
+// class whose cost is above what the class may ever take (ClassCapacity):
+// nil for an item of no class or within it.
+func (it *Item) classCostError() error {
+	if it.Reserve == 0 || it.Cost <= 0 {
+		return nil
+	}
+	if c, n := it.classCost(), it.Spec.ClassCapacity(it.Reserve); c > n {
+		return sluice.Errorf(sluice.ErrCostExceedsCapacity, "cost %d exceeds capacity %d, the class's view of capacity %d (a reserve of %d ppm)", c, n, it.Spec.Capacity(), it.Reserve)
+	}
+	return nil
+}
 
 // reservedView is s as a class with reserve ppm > 0 sees it: a token
 // bucket's capacity in units, a window's or a quota's limit and an

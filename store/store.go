@@ -308,8 +308,10 @@ func (e *FullError) Error() string {
 func (e *FullError) Unwrap() error { return ErrFull }
 
 // Validate checks items as Take must: each has a key and a spec, a cost
-// within 0..Spec.Capacity() (any cost >= 0 for Concurrency), and keys are
-// distinct. The error matches ErrInvalidItem.
+// within 0..Spec.Capacity() (any cost >= 0 for Concurrency) and, for an
+// item of a priority class, within Spec.ClassCapacity (one slot of an
+// in-flight cap for a cost above 0), and keys are distinct. The error
+// matches ErrInvalidItem.
 func Validate(items []Item) error {
 	for i, it := range items {
 		switch {
@@ -319,6 +321,9 @@ func Validate(items []Item) error {
 			return fmt.Errorf("%w: %w", ErrInvalidItem, sluice.Errorf(sluice.ErrInvalidCost, "cost %d is negative", it.Cost))
 		case !it.Spec.HoldsSlots() && it.Cost > it.Spec.Capacity():
 			return fmt.Errorf("%w: %w", ErrInvalidItem, sluice.Errorf(sluice.ErrCostExceedsCapacity, "cost %d exceeds capacity %d", it.Cost, it.Spec.Capacity()))
+		}
+		if err := it.classCostError(); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidItem, err)
 		}
 		for _, prev := range items[:i] {
 			if prev.Key == it.Key {

@@ -47,7 +47,7 @@ func TestBookingsIdenticalToMemstore(t *testing.T) {
 			if rng.IntN(3) != 0 {
 				continue
 			}
-			it := store.Item{Key: fmt.Sprint("b", j), Spec: sp, Cost: rng.Int64N(min(sp.Capacity(), 12) + 1), MaxWait: mw, Reserve: reserve}
+			it := withinClass(store.Item{Key: fmt.Sprint("b", j), Spec: sp, Cost: rng.Int64N(min(sp.Capacity(), 12) + 1), MaxWait: mw, Reserve: reserve})
 			a, b = append(a, it), append(b, it)
 		}
 		if len(a) == 0 {

@@ -218,11 +218,11 @@ func sharesIdentical(t *testing.T, clock *sluice.ManualClock, rs *redisstore.Sto
 			if rng.IntN(8) == 0 {
 				cost = 0 // a peek
 			}
-			a = append(a, store.Item{Key: fmt.Sprint("fs", j, "-", rng.IntN(2)), Spec: sp, Cost: cost,
-				Tenant: tenants[rng.IntN(len(tenants))>>(rng.IntN(2)*8)], Weight: uint32(rng.IntN(4)), MaxWait: mw, Reserve: reserve})
+			a = append(a, withinClass(store.Item{Key: fmt.Sprint("fs", j, "-", rng.IntN(2)), Spec: sp, Cost: cost,
+				Tenant: tenants[rng.IntN(len(tenants))>>(rng.IntN(2)*8)], Weight: uint32(rng.IntN(4)), MaxWait: mw, Reserve: reserve}))
 		}
 		if rng.IntN(4) == 0 {
-			a = append(a, store.Item{Key: "plain", Spec: plain, Cost: rng.Int64N(8), MaxWait: mw, Reserve: reserve})
+			a = append(a, withinClass(store.Item{Key: "plain", Spec: plain, Cost: rng.Int64N(8), MaxWait: mw, Reserve: reserve}))
 		}
 		if len(a) == 0 {
 			continue

@@ -78,7 +78,7 @@ func TestQuotaIdenticalToMemstore(t *testing.T) {
 						continue
 					}
 					cost := rng.Int64N(min(sp.Capacity(), 20) + 1)
-					it := store.Item{Key: fmt.Sprint("q", j), Spec: sp, Cost: cost, Reserve: reserve}
+					it := withinClass(store.Item{Key: fmt.Sprint("q", j), Spec: sp, Cost: cost, Reserve: reserve})
 					a, b = append(a, it), append(b, it)
 				}
 				if len(a) == 0 {

@@ -256,7 +256,7 @@ func TestIdenticalToMemstore(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				cost = rng.Int64N(min(sp.Capacity(), 50) + 1)
 			}
-			it := store.Item{Key: fmt.Sprint("k", j), Spec: sp, Cost: cost, Reserve: reserve}
+			it := withinClass(store.Item{Key: fmt.Sprint("k", j), Spec: sp, Cost: cost, Reserve: reserve})
 			a, b = append(a, it), append(b, it)
 		}
 		if len(a) == 0 {
@@ -281,8 +281,8 @@ func TestIdenticalToMemstore(t *testing.T) {
 			if fair.IntN(2) == 0 {
 				cost = fair.Int64N(min(sp.Capacity(), 50) + 1)
 			}
-			it := store.Item{Key: fmt.Sprint("fs", j), Spec: sp, Cost: cost, Reserve: reserve,
-				Tenant: []string{"", "a", "b", "c", "d"}[fair.IntN(5)], Weight: weights[fair.IntN(len(weights))]}
+			it := withinClass(store.Item{Key: fmt.Sprint("fs", j), Spec: sp, Cost: cost, Reserve: reserve,
+				Tenant: []string{"", "a", "b", "c", "d"}[fair.IntN(5)], Weight: weights[fair.IntN(len(weights))]})
 			a, b = append(a, it), append(b, it)
 		}
 		ra, err := ms.Take(ctx, a)

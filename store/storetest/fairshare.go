@@ -194,11 +194,12 @@ func testShareModel(t *testing.T, f Factory) {
 		}
 		if rng.IntN(4) == 0 {
 			it.Reserve = uint32(rng.IntN(3)) * 250_000
+			it.Cost = min(it.Cost, sp.ClassCapacity(it.Reserve)) // (above it: invalid, Validate)
 		}
 		items := []store.Item{it}
 		withPlain := rng.IntN(3) == 0
 		if withPlain {
-			items = append(items, store.Item{Key: "plain", Spec: plain, Cost: rng.Int64N(4), MaxWait: it.MaxWait, Reserve: it.Reserve})
+			items = append(items, store.Item{Key: "plain", Spec: plain, Cost: min(rng.Int64N(4), plain.ClassCapacity(it.Reserve)), MaxWait: it.MaxWait, Reserve: it.Reserve})
 		}
 		r := take(t, s, items...)
 		rf := refs[key]
