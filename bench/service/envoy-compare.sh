@@ -13,14 +13,20 @@
 # server, sluice with --lease-tokens on a redis-server of its own, is a row
 # set of its own (against the same rounds of envoy), on the hot key and on
 # 10,000 keys; so is a fourth, sluice in memory (no --store: its state in
-# the process, as one instance deployed alone keeps it). Within a
+# the process, as one instance deployed alone keeps it). With FLOOR=1 a
+# fifth, bench/service/floor, answers OK without deciding anything (sluice
+# serve's gRPC server options, an empty handler): the ceiling of any
+# grpc-go RateLimitService under this load on this machine, its ratio to
+# envoy the most any grpc-go server can reach here. Within a
 # configuration the servers take turns, round after round, the order reversed
 # every other round (sluice, envoy, then envoy, sluice, ...).
 #
 # Each run reports decisions/s and p99 (from sluice bench), the server's CPU
 # per decision (utime+stime of /proc/PID/stat before and after the run) and
 # its Redis's CPU per decision (INFO cpu used_cpu_user+used_cpu_sys, before
-# and after; 0 in memory), in microseconds. The tables give each round's figures with the
+# and after; 0 in memory), in microseconds, and on its raw line the load
+# generator's (client_cpu_us/dec: sluice bench's user+sys from
+# /usr/bin/time, -1 without it). The tables give each round's figures with the
 # ratio sluice/envoy (above 1 is better for decisions/s, below 1 for p99 and
 # CPU), then a summary of medians over the rounds (the ratio column there is
 # the median of the rounds' ratios).
@@ -44,6 +50,7 @@
 #   CLIENTS="1 16 64" KEYS="1 10000" UNITS="second minute hour"
 #   LEASE=1                   0: no --lease-tokens row set
 #   MEMORY=1                  0: no in-memory row set
+#   FLOOR=0                   1: an empty-handler row set (bench/service/floor)
 #   WARMUP=1                  seconds of load per server and configuration
 #                             before its rounds (0: none)
 #   OUT=bench/results/envoy-compare.txt
@@ -73,6 +80,7 @@ KEYS=${KEYS:-1 10000}
 UNITS=${UNITS:-second minute hour}
 LEASE=${LEASE:-1}
 MEMORY=${MEMORY:-1}
+FLOOR=${FLOOR:-0}
 WARMUP=${WARMUP:-1}
 
 die() { echo "envoy-compare: $*" >&2; exit 1; }
@@ -82,6 +90,7 @@ in_range "$SECONDS_PER_RUN" 1 600 || die "SECONDS=$SECONDS_PER_RUN: want a whole
 in_range "$WARMUP" 0 600 || die "WARMUP=$WARMUP: want a whole number of seconds, 0 to 600"
 [[ $LEASE == 0 || $LEASE == 1 ]] || die "LEASE=$LEASE: want 0 or 1"
 [[ $MEMORY == 0 || $MEMORY == 1 ]] || die "MEMORY=$MEMORY: want 0 or 1"
+[[ $FLOOR == 0 || $FLOOR == 1 ]] || die "FLOOR=$FLOOR: want 0 or 1"
 for c in $CLIENTS; do in_range "$c" 1 4096 || die "CLIENTS: $c is not a whole number, 1 to 4096"; done
 for k in $KEYS; do [[ $k == 1 || $k == 10000 ]] || die "KEYS: $k is not 1 or 10000"; done
 for u in $UNITS; do [[ $u == second || $u == minute || $u == hour ]] || die "UNITS: $u is not second, minute or hour"; done
@@ -112,6 +121,10 @@ trap 'exit 130' INT TERM
 echo "building sluice ..." >&2
 go build -o "$tmp/sluice" ./cmd/sluice
 sluice=$tmp/sluice
+if [[ $FLOOR == 1 ]]; then
+	echo "building bench/service/floor ..." >&2
+	(cd bench && GOWORK=off go build -o "$tmp/floor" ./service/floor)
+fi
 
 cache=${ENVOYCMP_CACHE:-$(dirname "$(go env GOCACHE)")/sluice-envoycmp}
 envoy=$cache/ratelimit-$ENVOY_VERSION/service_cmd
@@ -148,9 +161,10 @@ wait_tcp() { # port name pid
 impls="sluice envoy"
 [[ $LEASE == 1 ]] && impls+=" sluice-lease"
 [[ $MEMORY == 1 ]] && impls+=" sluice-memory"
+[[ $FLOOR == 1 ]] && impls+=" floor"
 declare -A redis_port server_pid grpc_port
 for impl in $impls; do
-	[[ $impl == sluice-memory ]] && continue # no Redis
+	[[ $impl == sluice-memory || $impl == floor ]] && continue # no Redis
 	free_port p
 	mkdir -p "$tmp/redis-$impl"
 	redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
@@ -176,6 +190,14 @@ start_sluice() { # impl, extra flags
 start_sluice sluice
 [[ $impls == *sluice-lease* ]] && start_sluice sluice-lease --lease-tokens
 [[ $impls == *sluice-memory* ]] && start_sluice sluice-memory
+if [[ $FLOOR == 1 ]]; then
+	free_port g
+	"$tmp/floor" -grpc "127.0.0.1:$g" >"$tmp/floor.log" 2>&1 &
+	pids+=($!)
+	server_pid[floor]=$!
+	grpc_port[floor]=$g
+	wait_tcp "$g" floor $!
+fi
 
 g='' h='' d=''
 free_port g
@@ -213,7 +235,10 @@ redis_cpu() { # port -> CPU seconds (used_cpu_user+used_cpu_sys) so far; no port
 bench() {
 	local impl=$1 key=$2 keys=$3 c=$4 secs=$5
 	shift 5
-	"$sluice" bench --grpc --target "127.0.0.1:${grpc_port[$impl]}" --domain envoycmp \
+	local timer=()
+	rm -f "$tmp/bench.time"
+	[[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f '%U %S' -o "$tmp/bench.time")
+	"${timer[@]}" "$sluice" bench --grpc --target "127.0.0.1:${grpc_port[$impl]}" --domain envoycmp \
 		--key "$key" --keys "$keys" --concurrency "$c" --duration "${secs}s" "$@" 2>"$tmp/bench.err" ||
 		die "sluice bench against $impl failed: $(tail -3 "$tmp/bench.err")"
 }
@@ -225,6 +250,7 @@ counts() {
 # Sanity: the limit of 10 an hour gives 10 OK and 20 OVER_LIMIT out of 30
 # requests sent one at a time, from every server.
 for impl in $impls; do
+	[[ $impl == floor ]] && continue # it decides nothing
 	out=$(bench "$impl" sanity 1 1 10 --requests 30)
 	read -r a r e <<<"$(counts "$out")"
 	echo "sanity $impl: 30 requests at 10/hour: admitted $a, refused $r, errors $e" >&2
@@ -238,7 +264,7 @@ raw=$tmp/raw.txt
 	echo "# bench/service/envoy-compare.sh, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; $(go version | cut -d' ' -f3-)"
 	echo "# sluice $(git describe --always --dirty 2>/dev/null || echo '?'); $ENVOY_MODULE@$ENVOY_VERSION; $(redis-server --version | cut -d' ' -f1-3)"
-	echo "# ROUNDS=$ROUNDS SECONDS=$SECONDS_PER_RUN CLIENTS=\"$CLIENTS\" KEYS=\"$KEYS\" UNITS=\"$UNITS\" LEASE=$LEASE MEMORY=$MEMORY WARMUP=$WARMUP${ENVOY_REDIS_PIPELINE_WINDOW:+ ENVOY_REDIS_PIPELINE_WINDOW=$ENVOY_REDIS_PIPELINE_WINDOW}"
+	echo "# ROUNDS=$ROUNDS SECONDS=$SECONDS_PER_RUN CLIENTS=\"$CLIENTS\" KEYS=\"$KEYS\" UNITS=\"$UNITS\" LEASE=$LEASE MEMORY=$MEMORY FLOOR=$FLOOR WARMUP=$WARMUP${ENVOY_REDIS_PIPELINE_WINDOW:+ ENVOY_REDIS_PIPELINE_WINDOW=$ENVOY_REDIS_PIPELINE_WINDOW}"
 	echo "# server_cpu, redis_cpu: microseconds of CPU per decision; p99 in microseconds;"
 	echo "# load1: the machine's 1-minute load average at the end of the run (this run's own"
 	echo "#   processes count there too: about 2-3 under load; more is other work on the machine)"
@@ -251,20 +277,22 @@ run() {
 	s0=$(proc_cpu "$pid") r0=$(redis_cpu "$port")
 	out=$(bench "$impl" "$key" "$keys" "$c" "$SECONDS_PER_RUN")
 	s1=$(proc_cpu "$pid") r1=$(redis_cpu "$port")
+	local lg=-1
+	[[ -s $tmp/bench.time ]] && lg=$(awk 'END {print $1 + $2}' "$tmp/bench.time")
 	read -r a r e <<<"$(counts "$out")"
 	dps=$(sed -n 's/^decisions\/s \([0-9]*\).*/\1/p' <<<"$out")
 	p99=$(sed -n 's/.* p99 \([^ ]*\) .*/\1/p' <<<"$out")
 	[[ -n $a && -n $dps && -n $p99 ]] || die "unexpected sluice bench output: $out"
 	awk -v round="$round" -v impl="$impl" -v keys="$keys" -v unit="${key#*_}" -v c="$c" \
 		-v dps="$dps" -v a="$a" -v r="$r" -v e="$e" -v p99="$p99" \
-		-v s0="$s0" -v s1="$s1" -v r0="$r0" -v r1="$r1" -v lavg="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN {
+		-v s0="$s0" -v s1="$s1" -v r0="$r0" -v r1="$r1" -v lg="$lg" -v lavg="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN {
 		# p99 is a Go duration: 850.5µs, 1.234ms, 2.1s, 900ns.
 		v = p99 + 0; u = p99; sub(/^[0-9.]+/, "", u)
 		if (u == "ns") v /= 1000; else if (u == "ms") v *= 1000; else if (u == "s") v *= 1e6
 		else if (u != "µs" && u != "us") { print "bad p99 " p99 > "/dev/stderr"; exit 1 }
 		d = a + r
-		printf "round=%d impl=%s keys=%d unit=%s clients=%d decisions/s=%d admitted=%d refused=%d errors=%d p99_us=%.1f server_cpu_us/dec=%.3f redis_cpu_us/dec=%.3f load1=%s\n",
-			round, impl, keys, unit, c, dps, a, r, e, v, (s1 - s0) * 1e6 / d, (r1 - r0) * 1e6 / d, lavg
+		printf "round=%d impl=%s keys=%d unit=%s clients=%d decisions/s=%d admitted=%d refused=%d errors=%d p99_us=%.1f server_cpu_us/dec=%.3f redis_cpu_us/dec=%.3f load1=%s client_cpu_us/dec=%.3f\n",
+			round, impl, keys, unit, c, dps, a, r, e, v, (s1 - s0) * 1e6 / d, (r1 - r0) * 1e6 / d, lavg, lg < 0 ? -1 : lg * 1e6 / d
 	}' | tee -a "$raw" >>"$OUT"
 	echo "  $(tail -1 "$raw")" >&2
 	((e == 0)) || echo "  anomaly: $e requests failed; the first: $(grep -m1 failed <<<"$out")" >&2
@@ -277,6 +305,7 @@ for keys in $KEYS; do
 		servers="sluice envoy"
 		[[ $impls == *sluice-lease* ]] && servers+=" sluice-lease"
 		[[ $impls == *sluice-memory* ]] && servers+=" sluice-memory"
+		[[ $impls == *floor* ]] && servers+=" floor"
 		if ((WARMUP > 0)); then
 			for impl in $servers; do bench "$impl" "$key" "$keys" 16 "$WARMUP" >/dev/null; done
 		fi
@@ -329,9 +358,9 @@ table() {
 		for (pass = 1; pass <= 2; pass++) {
 			print (pass == 1 ? "Per round (ratio: sluice / envoy; µs of CPU per decision):" : "Summary, medians over the rounds (ratio: median of the rounds'"'"' ratios):")
 			print ""; print hdr; print sep
-			for (variant = 1; variant <= 3; variant++) {
-				s = variant == 1 ? "sluice" : variant == 2 ? "sluice-lease" : "sluice-memory"
-				set = variant == 1 ? "sluice" : variant == 2 ? "lease-tokens" : "in-memory"
+			for (variant = 1; variant <= 4; variant++) {
+				s = variant == 1 ? "sluice" : variant == 2 ? "sluice-lease" : variant == 3 ? "sluice-memory" : "floor"
+				set = variant == 1 ? "sluice" : variant == 2 ? "lease-tokens" : variant == 3 ? "in-memory" : "empty handler"
 				for (i = 1; i <= nk; i++) {
 					k = order[i]
 					if (!have[k, s] || !have[k, "envoy"]) continue
