@@ -377,7 +377,8 @@ func (g *Gate) countAdmitted(attempt int) {
 //     still wait);
 //   - a waiter whose ctx ends leaves the queue, its booked tokens return
 //     exactly, and Do returns ctx's error;
-//   - cost > capacity: sluice.ErrCostExceedsCapacity at once.
+//   - cost > capacity (with a Priority, the class's view of it):
+//     sluice.ErrCostExceedsCapacity at once.
 //
 // If fn's error carries a server hint (WithRetryAfter), the whole gate
 // pauses until the hint has passed. Errors with a hint or marked Retryable
@@ -454,7 +455,11 @@ func (g *Gate) admit(ctx context.Context, cost int64, attempt int, wantRes bool,
 	if g.b == nil {
 		return hold{}, errNotMade
 	}
-	if err := bucket.CheckCost(cost, g.limit.Capacity); err != nil {
+	err := bucket.CheckCost(cost, g.limit.Capacity)
+	if err == nil {
+		err = g.classCostError(ctx, cost, ch)
+	}
+	if err != nil {
 		g.reject(err, costReason(err), cost, attempt, 0)
 		return hold{}, err
 	}

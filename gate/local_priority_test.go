@@ -268,15 +268,15 @@ func TestLocalPriorityFlood(t *testing.T) {
 
 // A class's reserve cuts every budget of the call, dimensions included,
 // on Do and on Reserve: batch (0.5) may charge 5 of a dimension's 10
-// tokens, interactive the rest.
+// tokens (6 it never may: ErrCostExceedsCapacity), interactive the rest.
 func TestLocalPriorityDimensions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		classes := []policy.Priority{{Name: "interactive"}, {Name: "batch", Reserve: 500_000, QueueBounded: true}}
 		g := newGate(t, gate.Config{Limit: bucket.Limit{Capacity: 100, Rate: 100}, MaxQueue: 10, MaxWait: time.Minute,
 			Dimensions: []gate.Dimension{{Name: "tokens", Limit: bucket.Limit{Capacity: 10, Rate: 1}}}, Priorities: classes})
 		ctx := context.Background()
-		if err := g.Do(ctx, 1, noop, gate.Priority("batch"), gate.Charge("tokens", 6)); !errors.Is(err, sluice.ErrWaitTooLong) {
-			t.Fatalf("batch 6 of the dimension's 10: %v", err)
+		if err := g.Do(ctx, 1, noop, gate.Priority("batch"), gate.Charge("tokens", 6)); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			t.Fatalf("batch 6 of the dimension's 10 (its view 5): %v", err)
 		}
 		tk, err := g.Reserve(ctx, 1, gate.Priority("batch"), gate.Charge("tokens", 5))
 		if err != nil {

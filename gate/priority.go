@@ -81,7 +81,9 @@ func (g *Gate) localClass(ctx context.Context) class {
 
 // checkPriorities validates Config.Priorities: names not empty nor given
 // twice, reserves below policy.ReserveScale, MaxQueue not negative, and
-// with MaxInFlight, at least one slot left to every class.
+// at least one token of Limit's and each Dimension's capacity and, with
+// MaxInFlight, one slot left to every class (a class's view of a budget,
+// store.Reserved of it, is what it may ever take).
 func checkPriorities(cfg Config) error {
 	if len(cfg.Priorities) == 0 {
 		return nil
@@ -100,8 +102,37 @@ func checkPriorities(cfg Config) error {
 			return bad("class " + c.Name + "'s MaxQueue must not be negative")
 		case cfg.MaxInFlight > 0 && store.Reserved(int64(cfg.MaxInFlight), c.Reserve) == 0:
 			return bad(fmt.Sprintf("class %s's reserve leaves it none of the %d in-flight slots (MaxInFlight)", c.Name, cfg.MaxInFlight))
+		case cfg.Limit.Capacity > 0 && store.Reserved(cfg.Limit.Capacity, c.Reserve) == 0:
+			return bad(fmt.Sprintf("class %s's reserve leaves it no token of the capacity %d (Limit)", c.Name, cfg.Limit.Capacity))
+		}
+		for _, d := range cfg.Dimensions {
+			if d.Limit.Capacity > 0 && store.Reserved(d.Limit.Capacity, c.Reserve) == 0 {
+				return bad(fmt.Sprintf("class %s's reserve leaves it no token of dimension %q's capacity %d", c.Name, d.Name, d.Limit.Capacity))
+			}
 		}
 		seen[c.Name] = true
+	}
+	return nil
+}
+
+// classCostError is the error of a call of the class ctx carries whose
+// cost (or a dimension's charge, ch) is above what the class may ever
+// take of that budget, store.Reserved of its capacity (a bucket's whole
+// tokens of its class capacity): sluice.ErrCostExceedsCapacity, as for a
+// cost above the capacity. nil for a call of no class or within it.
+func (g *Gate) classCostError(ctx context.Context, cost int64, ch []int64) error {
+	cls, ok := ctx.Value(classKey{}).(policy.Priority)
+	if !ok || cls.Reserve == 0 {
+		return nil
+	}
+	if n := store.Reserved(g.limit.Capacity, cls.Reserve); cost > n {
+		return sluice.Errorf(sluice.ErrCostExceedsCapacity, "gate %q: cost %d exceeds capacity %d, class %s's view of the capacity %d", g.name, cost, n, cls.Name, g.limit.Capacity)
+	}
+	for i, c := range ch {
+		d := g.dims[i]
+		if n := store.Reserved(d.limit.Capacity, cls.Reserve); c > n {
+			return sluice.Errorf(sluice.ErrCostExceedsCapacity, "gate %q: dimension %q: cost %d exceeds capacity %d, class %s's view of the capacity %d", g.name, d.name, c, n, cls.Name, d.limit.Capacity)
+		}
 	}
 	return nil
 }
