@@ -22,7 +22,9 @@ import (
 // does) and one by TakeBorrowedAt alone, and requires identical Allowed and
 // Decisions. The clock jumps past a limit's MaxElapsed (its states
 // rebase), idles until buckets are full, and steps back before
-// states' origins; costs run up to the capacities, so requests are refused.
+// states' origins; costs run up to the capacities, so requests are refused;
+// and some items are under an override's spec, so that shards hold
+// respecs (TakeHeldAt then declines, unlocking what it locked).
 func TestTakeHeldMatchesTakeBorrowed(t *testing.T) {
 	t.Parallel()
 	limits := []bucket.Limit{{Capacity: 1e9, Rate: 1e9}, {Capacity: 3, Rate: 1}, {Capacity: 10, Rate: 10.0 / 60}, {Capacity: 5, Rate: 0.7}, {Capacity: 1000, Rate: 1e6},
@@ -58,6 +60,10 @@ func TestTakeHeldMatchesTakeBorrowed(t *testing.T) {
 			a[j] = store.Item{Key: fmt.Sprintf("%d:%d", k, rng.IntN(4)), Spec: specs[k], Cost: rng.Int64N(limits[k].Capacity + 1)}
 			if rng.IntN(3) == 0 {
 				a[j].Cost = min(a[j].Cost, 1+rng.Int64N(2))
+			}
+			if rng.IntN(40) == 0 { // under an override's spec: the shard keeps a respec (TakeHeldAt declines it)
+				o := (k + 1) % len(specs)
+				a[j].Base, a[j].Spec, a[j].Cost = specs[k], specs[o], min(a[j].Cost, limits[o].Capacity)
 			}
 		}
 		b := append([]store.Item(nil), a...)
