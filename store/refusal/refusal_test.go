@@ -151,7 +151,7 @@ func TestWhatIsNotCached(t *testing.T) {
 		"two items":   {{Key: "m:1", Spec: sp, Cost: 1}, {Key: "m:2", Spec: sp, Cost: 1}},
 		"in flight":   {{Key: "c:1", Spec: &store.Spec{Kind: store.Concurrency, MaxInFlight: 1, SlotTTL: time.Hour}, Cost: 1}},
 		"penalty box": {{Key: "b:1", Spec: mustSpec(t, blocked), Cost: 1}},
-		"reserve":     {{Key: "r:1", Spec: sp, Cost: 1, Reserve: store.ReserveScale / 2}},
+		"reserve":     {{Key: "r:1", Spec: mustSpec(t, bucketLimit(2, 0.001)), Cost: 1, Reserve: store.ReserveScale / 2}}, // (the class sees 1 of 2)
 	} {
 		for range 3 {
 			if _, err := s.Take(context.Background(), append([]store.Item(nil), items...)); err != nil {
