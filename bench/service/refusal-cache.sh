@@ -28,10 +28,23 @@ clients=64
 work=$(mktemp -d)
 bin=$work/sluice
 go build -o "$bin" ./cmd/sluice
-pids=()
+# stop_all stops the redis-servers and sluice serves started so far (their
+# pids are kept in a file: they are started in command substitutions,
+# whose variables do not reach this shell) and waits for them to exit.
+stop_all() {
+	local p
+	[ -f "$work/pids" ] || return 0
+	while read -r p; do kill "$p" 2>/dev/null || true; done <"$work/pids"
+	for _ in $(seq 50); do
+		local alive=0
+		while read -r p; do if kill -0 "$p" 2>/dev/null && ! grep -q zombie "/proc/$p/status" 2>/dev/null; then alive=1; fi; done <"$work/pids"
+		[ "$alive" = 0 ] && break
+		sleep 0.1
+	done
+	: >"$work/pids"
+}
 cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
+	stop_all
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -44,7 +57,7 @@ redis_start() {
 	local port
 	port=$(freeport)
 	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$work/redis-$port.log" 2>&1 &
-	pids+=($!)
+	echo $! >>"$work/pids"
 	for _ in $(seq 50); do
 		redis-cli -p "$port" ping >/dev/null 2>&1 && break
 		sleep 0.1
@@ -65,7 +78,7 @@ serve_start() {
 		gport=$(freeport)
 		"$bin" serve --envoy-config "$cfg" --grpc "127.0.0.1:$gport" --http "127.0.0.1:$port" --store "redis://127.0.0.1:$rport" --log-level warn "$@" >"$work/serve-$port.log" 2>&1 &
 	fi
-	pids+=($!)
+	echo $! >>"$work/pids"
 	echo "127.0.0.1:$port" >"$work/http"
 	for _ in $(seq 100); do
 		curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
@@ -119,9 +132,7 @@ run() {
 	printf 'redis: %d decision scripts (FCALL, each deciding a batch), %d other scripts (EVALSHA: receipt records, each writing a batch), %d commands, %.3f CPU-s over the run; %d refusals from the cache\n' "$R_FC" "$R_EV" "$R_CMD" "$R_CPU" "$R_HITS"
 	if [ "$R_DOWN" -gt 0 ]; then echo "WARNING: $R_DOWN failovers (store unreachable: a call past the store timeout) in this run: its figures are not Redis's alone"; fi
 	# (this run's processes stop here: the next run has the CPU to itself)
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	pids=()
+	stop_all
 }
 
 # config MODE B R: a limit of capacity B refilled at R a second per key.
