@@ -20,11 +20,12 @@ import (
 )
 
 // heldTaker decides a request of plain token buckets on keys it holds
-// (memstore.Store.TakeHeldAt): exactly as store.KeyBorrower's
+// (memstore.Store.TakePlainHeldAt): exactly as store.KeyBorrower's
 // TakeBorrowed (at a reading of ours when at is not nil), or not at all
-// (false: nothing changed).
+// (false: nothing changed). The fast plan makes only items of the shape
+// it decides (fastSpec, within the capacity; no Base, MaxWait or Reserve).
 type heldTaker interface {
-	TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
+	TakePlainHeldAt(items []store.Item, at *time.Time) (allowed, ok bool)
 }
 
 // fastPlan is a policy compiled for the fast path: each limit's key
@@ -36,7 +37,7 @@ type fastPlan struct {
 	costs  bool // the policy has cost rules (else a request's cost is 1)
 }
 
-// maxFast is the most limits a fast plan holds (memstore's TakeHeldAt
+// maxFast is the most limits a fast plan holds (memstore's TakePlainHeldAt
 // decides at most 8 items).
 const maxFast = 8
 
@@ -220,11 +221,24 @@ type fastScratch struct {
 	which [maxFast]int
 }
 
-// checkFast decides req on c's fast plan f, as check would (the same
-// result, statuses, metrics and logs), and reports whether it did: false,
-// having changed nothing, when the request needs the general path (a cost
-// above a capacity, no limit applying, a key the store does not hold).
-func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *Request, res *Result, sc *scratch, start time.Time, timed bool) bool {
+// fast decides req on the fast plan when it can (limiter/fast.go: writing
+// every field of *res but its scratch), else reports false.
+func (l *Limiter) fast(ctx context.Context, req *Request, res *Result, sc *scratch) bool {
+	c := l.compiled.Load()
+	return c.fast != nil && !c.anyIx && fastRequest(req) && l.checkFast(ctx, c, req, res, sc)
+}
+
+// checkFast decides req on c's fast plan, as check would (the same
+// result, statuses, metrics and logs), writing every field of *res, and
+// reports whether it did: false, having changed nothing (*res included),
+// when the request needs the general path (a cost above a capacity, no
+// limit applying, a key the store does not hold).
+func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res *Result, sc *scratch) bool {
+	f := c.fast
+	timed := sc.sample() // the latency histogram samples one check in 16
+	if timed {
+		sc.now = time.Now()
+	}
 	desc := req.Descriptors
 	cost := req.Cost
 	if cost == 0 {
@@ -262,7 +276,7 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 	if timed {
 		now = &sc.now
 	}
-	allowed, ok := l.ht.TakeHeldAt(items, now)
+	allowed, ok := l.ht.TakePlainHeldAt(items, now)
 	if !ok {
 		return false
 	}
@@ -290,9 +304,12 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, f *fastPlan, req *
 			fl.counters[byRejected][attempt].Inc()
 		}
 	}
-	res.Allowed, res.Limits, res.Cost, res.RetryAfter = allowed, limits, cost, retry
+	// Every field of *res but its scratch (TestFastResultFields fails
+	// when Result gains a field this does not write).
+	res.Allowed, res.RetryAfter, res.Limits, res.Cost, res.Wait = allowed, retry, limits, cost, 0
+	res.Slots, res.Receipt, res.Priority, res.class = store.Slots{}, Receipt{}, "", 0
 	if timed {
-		l.m.latency.Observe(time.Since(start).Seconds())
+		l.m.latency.Observe(time.Since(sc.now).Seconds())
 	}
 	if l.keys != nil || !allowed && l.log != nil {
 		l.observeFast(ctx, c, f, sc, res, req)

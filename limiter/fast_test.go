@@ -25,15 +25,15 @@ import (
 )
 
 // heldCounter is a memstore that counts the requests its fast path
-// decided (TakeHeldAt answering ok).
+// decided (TakePlainHeldAt answering ok).
 type heldCounter struct {
 	*memstore.Store
 	calls, held atomic.Int64
 }
 
-func (h *heldCounter) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
+func (h *heldCounter) TakePlainHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
 	h.calls.Add(1)
-	allowed, ok = h.Store.TakeHeldAt(items, at)
+	allowed, ok = h.Store.TakePlainHeldAt(items, at)
 	if ok {
 		h.held.Add(1)
 	}
@@ -357,5 +357,37 @@ limits:
 	}
 	if hc.held.Load() < 8*200/2 {
 		t.Fatalf("fast path decided %d of %d checks", hc.held.Load(), 8*200)
+	}
+}
+
+// TestFastResultFields: a check on the fast path through CheckInto leaves
+// no field of an earlier Result behind (checkFast writes each one).
+func TestFastResultFields(t *testing.T) {
+	if n := reflect.TypeOf(Result{}).NumField(); n != 10 {
+		t.Fatalf("Result has %d fields: update checkFast's writes of *res (and this count)", n)
+	}
+	p, _ := policy.Parse([]byte(fastPolicy1))
+	l, _ := New(p, memstore.New())
+	ctx, req := context.Background(), Request{Descriptors: map[string]string{"tenant": "a"}}
+	if _, err := l.Check(ctx, req); err != nil { // (the key held: the next ones are on the fast path)
+		t.Fatal(err)
+	}
+	var res Result
+	for range 2 {
+		res.Allowed, res.RetryAfter, res.Slots, res.Cost, res.Wait = false, 9, store.Slots{ID: "x", Keys: []string{"y"}}, 9, 9
+		res.Receipt, res.Priority, res.class = Receipt{limits: []string{"z"}, settled: new(atomic.Bool)}, "p", 9
+		res.Limits = append(res.Limits[:0], LimitStatus{Name: "old"}, LimitStatus{Name: "old"})
+		if err := l.CheckInto(ctx, req, &res); err != nil {
+			t.Fatal(err)
+		}
+		sc := res.scratch
+		res.scratch = nil
+		want := Result{Allowed: true, Limits: []LimitStatus{l.compiled.Load().status[0]}, Cost: 1}
+		want.Limits[0].Key, want.Limits[0].TokenCost, want.Limits[0].Allowed = "tenant:a", 1, true
+		want.Limits[0].TokensRemaining, want.Limits[0].ResetAfter = res.Limits[0].TokensRemaining, res.Limits[0].ResetAfter
+		if !reflect.DeepEqual(res, want) {
+			t.Fatalf("CheckInto: %+v, want %+v", res, want)
+		}
+		res.scratch = sc
 	}
 }

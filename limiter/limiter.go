@@ -333,7 +333,10 @@ func statusOf(lim *policy.Limit) LimitStatus {
 func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 	buf := l.bufs.Get().(*scratch)
 	var res Result
-	err := l.check(ctx, req, &res, buf)
+	var err error
+	if !l.fast(ctx, &req, &res, buf) {
+		err = l.check(ctx, &req, &res, buf)
+	}
 	l.bufs.Put(buf)
 	if err != nil {
 		return Result{}, err
@@ -348,42 +351,44 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Result, error) {
 // goroutines, and a status slice taken from it earlier is overwritten by
 // the next call. On error *res is zero (its storage kept).
 func (l *Limiter) CheckInto(ctx context.Context, req Request, res *Result) error {
-	if res.scratch == nil {
-		res.scratch = newScratch()
+	sc := res.scratch
+	if sc == nil {
+		sc = newScratch()
+		res.scratch = sc
 	}
-	sc, limits := res.scratch, res.Limits[:0]
+	if c := l.compiled.Load(); c.fast != nil && !c.anyIx && fastRequest(&req) && l.checkFast(ctx, c, &req, res, sc) {
+		return nil // (as fast, written out: a call fewer)
+	}
+	limits := res.Limits[:0]
 	*res = Result{Limits: limits, scratch: sc}
-	err := l.check(ctx, req, res, sc)
+	err := l.check(ctx, &req, res, sc)
 	if err != nil {
 		*res = Result{Limits: limits, scratch: sc}
 	}
 	return err
 }
 
-// check is Check's hot path: plan makes the items, the store decides
-// them, and the statuses take the decisions.
-func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scratch) error {
+// check is Check's path when fast declines: plan makes the items, the
+// store decides them, and the statuses take the decisions.
+func (l *Limiter) check(ctx context.Context, req *Request, res *Result, sc *scratch) error {
+	c := l.compiled.Load()
 	timed := sc.sample() // the latency histogram samples one check in 16
 	var start time.Time
 	if sc.clocked = timed; timed {
 		start = time.Now()
 		sc.now = start
 	}
-	c := l.compiled.Load()
-	if c.fast != nil && !c.anyIx && fastRequest(&req) && l.checkFast(ctx, c, c.fast, &req, res, sc, start, timed) {
-		return nil
-	}
 	// Borrowed keys when the store copies what it keeps (and hands back
 	// keys it owns). (The items of the last check stay in the scratch
 	// until the next one overwrites them: keys the store owns, a few at
 	// most.)
 	borrows := l.kb != nil
-	items, err := c.plan(&req, sc, res, borrows)
+	items, err := c.plan(req, sc, res, borrows)
 	if err != nil {
 		return err
 	}
 	if len(items) == 0 {
-		l.observe(ctx, c, nil, res, &req, start, timed)
+		l.observe(ctx, c, nil, res, req, start, timed)
 		return nil
 	}
 	which, user := sc.which, sc.user
@@ -396,7 +401,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 		odd = nil // (no override makes an item shadow or skips the store: take's fast path)
 	}
 	if req.Priority != "" || c.p.DefaultPriority != "" { // (no class: no work)
-		if err := c.classify(&req, items, res); err != nil {
+		if err := c.classify(req, items, res); err != nil {
 			return err
 		}
 	}
@@ -463,7 +468,7 @@ func (l *Limiter) check(ctx context.Context, req Request, res *Result, sc *scrat
 			res.Receipt.settled = new(atomic.Bool)
 		}
 	}
-	l.observe(ctx, c, which, res, &req, start, timed)
+	l.observe(ctx, c, which, res, req, start, timed)
 	return nil
 }
 

@@ -36,18 +36,40 @@ var _ [64 - shardCount]struct{}
 // written, and TakeBorrowedAt writes them all): the caller then calls
 // TakeBorrowedAt.
 func (s *Store) TakeHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
-	n := len(items)
-	if n == 0 || n > maxHeld || s.closed.Load() {
-		return false, false
-	}
 	for i := range items {
-		if it := &items[i]; !it.Spec.Kind.Direct() || it.Spec.BlockFor != 0 || it.Spec.FairShare != nil || it.Base != nil || it.MaxWait > 0 || it.Reserve != 0 {
+		if it := &items[i]; !HeldSpec(it.Spec) || it.Base != nil || it.MaxWait > 0 || it.Reserve != 0 {
 			return false, false
 		}
 	}
-	d, _ := s.nowAt(at) // (a token bucket decides on the monotonic time alone)
+	return s.TakePlainHeldAt(items, at)
+}
+
+// HeldSpec reports whether TakeHeldAt decides items of spec sp: a plain
+// token bucket (no BlockFor nor FairShare).
+func HeldSpec(sp *store.Spec) bool {
+	return sp.Kind.Direct() && sp.BlockFor == 0 && sp.FairShare == nil
+}
+
+// TakePlainHeldAt is TakeHeldAt for items whose shape its caller
+// guarantees (each one's spec HeldSpec, no Base, MaxWait or Reserve, a
+// valid cost, keys distinct), checked once for all its requests (the
+// limiter's fast plan): the shapes are not checked again.
+func (s *Store) TakePlainHeldAt(items []store.Item, at *time.Time) (allowed, ok bool) {
+	if s.closed.Load() {
+		return false, false
+	}
+	var d int64 // (a token bucket decides on the monotonic time alone)
+	if at != nil && s.clock == nil {
+		d = int64(at.Sub(s.t0))
+	} else {
+		d, _ = s.now()
+	}
+	n := len(items)
 	if n == 1 {
 		return s.takeHeld1(&items[0], d)
+	}
+	if n == 0 || n > maxHeld {
+		return false, false
 	}
 	var hashes [maxHeld]uint64
 	var ents [maxHeld]*tentry
