@@ -252,9 +252,17 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 	for k := range f.limits {
 		fl := &f.limits[k]
 		from := len(key)
-		var ok bool
-		if key, ok = fl.appendKey(key, desc); !ok {
-			continue
+		if fl.one != "" { // (appendKey's first case, written out: a call fewer)
+			v, ok := desc[fl.one]
+			if !ok {
+				continue
+			}
+			key = fastEsc.Append(append(key, fl.head...), v)
+		} else {
+			var ok bool
+			if key, ok = fl.appendKey(key, desc); !ok {
+				continue
+			}
 		}
 		if cost > fl.capacity {
 			sc.key = key[:0]
@@ -307,7 +315,13 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 	// Every field of *res but its scratch (TestFastResultFields fails
 	// when Result gains a field this does not write).
 	res.Allowed, res.RetryAfter, res.Limits, res.Cost, res.Wait = allowed, retry, limits, cost, 0
-	res.Slots, res.Receipt, res.Priority, res.class = store.Slots{}, Receipt{}, "", 0
+	res.Priority, res.class = "", 0
+	if res.Slots.ID != "" || res.Slots.Keys != nil { // (zero after any check of such a policy: tested, not written)
+		res.Slots = store.Slots{}
+	}
+	if res.Receipt.taken != nil || res.Receipt.limits != nil || res.Receipt.settled != nil {
+		res.Receipt = Receipt{}
+	}
 	if timed {
 		l.m.latency.Observe(time.Since(sc.now).Seconds())
 	}

@@ -97,7 +97,7 @@ func (s *Store) TakePlainHeldAt(items []store.Item, at *time.Time) (allowed, ok 
 			return false, false
 		}
 		ents[i] = e
-		stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision, &next[i])
+		next[i][0], next[i][1], next[i][2] = stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision)
 		it.Wait = 0
 		allowed = allowed && it.Decision.Allowed
 	}
@@ -107,7 +107,7 @@ func (s *Store) TakePlainHeldAt(items []store.Item, at *time.Time) (allowed, ok 
 		for i := range items {
 			it := &items[i]
 			if it.Decision.Allowed && it.Cost > 0 {
-				stepHeld(&it.Spec.Bucket, &ents[i].st, d, 0, &it.Decision, &next[i])
+				next[i][0], next[i][1], next[i][2] = stepHeld(&it.Spec.Bucket, &ents[i].st, d, 0, &it.Decision)
 				it.Decision.Allowed, it.Decision.RetryAfter = true, 0
 			}
 			it.Key = ents[i].key
@@ -149,12 +149,11 @@ func (s *Store) takeHeld1(it *store.Item, d int64) (allowed, ok bool) {
 		shd.mu.Unlock()
 		return false, false
 	}
-	var st store.State
-	stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision, &st)
+	tat, origin, phase := stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision)
 	it.Wait, it.Key = 0, e.key
 	allowed = it.Decision.Allowed
 	if allowed {
-		e.st, e.idle = st, idleAt(d, int64(it.Decision.ResetAfter))
+		e.st, e.idle = store.State{tat, origin, phase}, idleAt(d, int64(it.Decision.ResetAfter))
 		shd.m.holdIdle(e)
 	}
 	s.sweep(shd, d)
@@ -166,8 +165,8 @@ func (s *Store) takeHeld1(it *store.Item, d int64) (allowed, ok bool) {
 // store.stepBucket decides it (written out: a State holds a bucket's TAT,
 // origin and phase; store.BucketState's rebasing only when d is before
 // the origin or more than MaxElapsed after it): it writes the decision
-// into *dec and the next state into *next.
-func stepHeld(p *bucket.Params, st *store.State, d, cost int64, dec *sluice.Decision, next *store.State) {
+// into *dec and returns the next state (its three words: in registers).
+func stepHeld(p *bucket.Params, st *store.State, d, cost int64, dec *sluice.Decision) (tat1, origin1, phase1 int64) {
 	tat, origin, phase := st[0], st[1], uint64(st[2])
 	if uint64(d-origin) > uint64(p.MaxElapsed()) {
 		tat, origin, phase = store.BucketState(p, tat, origin, phase, true, d)
@@ -176,5 +175,5 @@ func stepHeld(p *bucket.Params, st *store.State, d, cost int64, dec *sluice.Deci
 	}
 	nt, dc := p.Step(tat, bucket.Instant{Elapsed: d - origin, Phase: phase}, cost)
 	*dec = dc
-	*next = store.State{nt, origin, int64(phase)}
+	return nt, origin, int64(phase)
 }
