@@ -190,7 +190,10 @@ func (f *fastLimit) appendKey(key []byte, desc map[string]string) ([]byte, bool)
 		if !ok {
 			return key, false
 		}
-		return fastEsc.Append(append(key, f.head...), v), true
+		if key = append(key, f.head...); fastPlain(v) {
+			return append(key, v...), true
+		}
+		return fastEsc.Append(key, v), true
 	}
 	for _, w := range f.when {
 		if v, ok := desc[w.k]; !ok || v != w.v {
@@ -208,7 +211,11 @@ func (f *fastLimit) appendKey(key []byte, desc map[string]string) ([]byte, bool)
 		if !ok {
 			return key[:from], false
 		}
-		key = fastEsc.Append(key, v)
+		if fastPlain(v) {
+			key = append(key, v...)
+		} else {
+			key = fastEsc.Append(key, v)
+		}
 	}
 	return key, true
 }
@@ -257,7 +264,11 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 			if !ok {
 				continue
 			}
-			key = fastEsc.Append(append(key, fl.head...), v)
+			if key = append(key, fl.head...); fastPlain(v) {
+				key = append(key, v...)
+			} else {
+				key = fastEsc.Append(key, v)
+			}
 		} else {
 			var ok bool
 			if key, ok = fl.appendKey(key, desc); !ok {

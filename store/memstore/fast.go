@@ -121,10 +121,11 @@ func (s *Store) TakePlainHeldAt(items []store.Item, at *time.Time) (allowed, ok 
 		s.shards[shardOf(hashes[i])].m.holdIdle(e)
 		items[i].Key = e.key
 	}
-	for m := shards; m != 0; m &= m - 1 {
-		s.sweep(&s.shards[bits.TrailingZeros64(m)], d)
+	for m := shards; m != 0; m &= m - 1 { // (each shard swept, then unlocked)
+		shd := &s.shards[bits.TrailingZeros64(m)]
+		s.sweep(shd, d)
+		shd.mu.Unlock()
 	}
-	s.unlockShards(shards)
 	return true, true
 }
 
