@@ -222,10 +222,11 @@ func (f *fastLimit) appendKey(key []byte, desc map[string]string) ([]byte, bool)
 
 // fastScratch is the fast path's working space in a check's scratch: its
 // items (only Key, Spec and Cost are written here, the store writes
-// Decision and Wait; the other fields stay zero) and each one's limit.
+// Decision and Wait; the other fields stay zero) and each one's limit (in
+// the plan of the check that wrote it).
 type fastScratch struct {
 	items [maxFast]store.Item
-	which [maxFast]int
+	lim   [maxFast]*fastLimit
 }
 
 // fast decides req on the fast plan when it can (limiter/fast.go: writing
@@ -283,7 +284,7 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 		// moves the buffer copies it and leaves these bytes as they are.
 		it := &fs.items[n]
 		it.Key, it.Spec, it.Cost = unsafe.String(&key[from], len(key)-from), fl.spec, cost
-		fs.which[n] = k
+		fs.lim[n] = fl
 		n++
 	}
 	sc.key = key
@@ -310,7 +311,7 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 	}
 	var retry time.Duration
 	for j := range items {
-		fl, d := &f.limits[fs.which[j]], &items[j].Decision
+		fl, d := fs.lim[j], &items[j].Decision
 		fl.writeStatus(&limits[j], items[j].Key[len(fl.prefix):], cost, d)
 		retry = max(retry, d.RetryAfter)
 		// observe's counters
@@ -337,7 +338,7 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 		l.m.latency.Observe(time.Since(sc.now).Seconds())
 	}
 	if l.keys != nil || !allowed && l.log != nil {
-		l.observeFast(ctx, c, f, sc, res, req)
+		l.observeFast(ctx, c, sc, res, req)
 	}
 	return true
 }
@@ -356,10 +357,10 @@ func (f *fastLimit) writeStatus(st *LimitStatus, key string, cost int64, d *slui
 // observeFast is the rest of observe for a check of the fast path (its
 // counters are counted by checkFast): the refusals logged and the keys
 // observed, in the same order.
-func (l *Limiter) observeFast(ctx context.Context, c *compiled, f *fastPlan, sc *scratch, res *Result, req *Request) {
-	which := &sc.fast.which
+func (l *Limiter) observeFast(ctx context.Context, c *compiled, sc *scratch, res *Result, req *Request) {
+	lim := &sc.fast.lim
 	for j := range res.Limits {
-		st, fl := &res.Limits[j], &f.limits[which[j]]
+		st, fl := &res.Limits[j], lim[j]
 		if !st.Allowed && l.log != nil {
 			l.logRefusal(ctx, c, fl.i, st, req)
 		}

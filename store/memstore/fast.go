@@ -65,8 +65,30 @@ func (s *Store) TakePlainHeldAt(items []store.Item, at *time.Time) (allowed, ok 
 		d, _ = s.now()
 	}
 	n := len(items)
-	if n == 1 {
-		return s.takeHeld1(&items[0], d)
+	if n == 1 { // (as take1 decides it; written here: a call fewer)
+		it := &items[0]
+		h := s.hash(it.Key)
+		shd := &s.shards[shardOf(h)]
+		shd.mu.Lock()
+		if len(shd.specs) > 0 {
+			shd.mu.Unlock()
+			return false, false
+		}
+		e := shd.m.get(h, it.Key)
+		if e == nil {
+			shd.mu.Unlock()
+			return false, false
+		}
+		tat, origin, phase := stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision)
+		it.Wait, it.Key = 0, e.key
+		allowed = it.Decision.Allowed
+		if allowed {
+			e.st, e.idle = store.State{tat, origin, phase}, idleAt(d, int64(it.Decision.ResetAfter))
+			shd.m.holdIdle(e)
+		}
+		s.sweep(shd, d)
+		shd.mu.Unlock()
+		return allowed, true
 	}
 	if n == 0 || n > maxHeld {
 		return false, false
@@ -134,32 +156,6 @@ func (s *Store) unlockShards(shards uint64) {
 	for m := shards; m != 0; m &= m - 1 {
 		s.shards[bits.TrailingZeros64(m)].mu.Unlock()
 	}
-}
-
-// takeHeld1 is TakeHeldAt for one item, as take1 decides it.
-func (s *Store) takeHeld1(it *store.Item, d int64) (allowed, ok bool) {
-	h := s.hash(it.Key)
-	shd := &s.shards[shardOf(h)]
-	shd.mu.Lock()
-	if len(shd.specs) > 0 {
-		shd.mu.Unlock()
-		return false, false
-	}
-	e := shd.m.get(h, it.Key)
-	if e == nil {
-		shd.mu.Unlock()
-		return false, false
-	}
-	tat, origin, phase := stepHeld(&it.Spec.Bucket, &e.st, d, it.Cost, &it.Decision)
-	it.Wait, it.Key = 0, e.key
-	allowed = it.Decision.Allowed
-	if allowed {
-		e.st, e.idle = store.State{tat, origin, phase}, idleAt(d, int64(it.Decision.ResetAfter))
-		shd.m.holdIdle(e)
-	}
-	s.sweep(shd, d)
-	shd.mu.Unlock()
-	return allowed, true
 }
 
 // stepHeld is Spec.Step for a token bucket's existing state *st, as
