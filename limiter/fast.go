@@ -52,6 +52,7 @@ type fastLimit struct {
 	head      string // prefix and the template's leading literal
 	parts     []fastPart
 	one       string // the one placeholder after head, when the limit has no when and nothing else
+	fixed     bool   // the key is head: no when, no placeholder
 	spec      *store.Spec
 	name      string
 	algorithm string
@@ -112,6 +113,7 @@ func (l *Limiter) newFastPlan(c *compiled) *fastPlan {
 		if len(fl.parts) == 1 && fl.parts[0].name != "" && len(fl.when) == 0 {
 			fl.one = fl.parts[0].name
 		}
+		fl.fixed = len(fl.parts) == 0 && len(fl.when) == 0
 		if !fl.rendersAs(lim) {
 			return nil
 		}
@@ -260,7 +262,7 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 	for k := range f.limits {
 		fl := &f.limits[k]
 		from := len(key)
-		if fl.one != "" { // (appendKey's first case, written out: a call fewer)
+		if fl.one != "" { // (appendKey's first case, and below a fixed key: written out, a call fewer)
 			v, ok := desc[fl.one]
 			if !ok {
 				continue
@@ -270,6 +272,8 @@ func (l *Limiter) checkFast(ctx context.Context, c *compiled, req *Request, res 
 			} else {
 				key = fastEsc.Append(key, v)
 			}
+		} else if fl.fixed {
+			key = append(key, fl.head...)
 		} else {
 			var ok bool
 			if key, ok = fl.appendKey(key, desc); !ok {
