@@ -391,3 +391,28 @@ func TestFastResultFields(t *testing.T) {
 		res.scratch = sc
 	}
 }
+
+// TestFastSpecsHeld: every spec a fast plan holds is one memstore's
+// TakeHeldAt decides (the shape TakePlainHeldAt takes on trust).
+func TestFastSpecsHeld(t *testing.T) {
+	for _, src := range []string{fastPolicy1, `
+limits:
+  - {name: global, key: global, capacity: 100, refill: 1/h}
+  - {name: user, key: "user:{user}", capacity: 40, refill: 1/h, on_store_error: fail_closed}
+`} {
+		p, err := policy.Parse([]byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := New(p, memstore.New())
+		f := l.compiled.Load().fast
+		if f == nil {
+			t.Fatalf("no fast plan for %s", src)
+		}
+		for _, fl := range f.limits {
+			if !memstore.HeldSpec(fl.spec) {
+				t.Fatalf("limit %s: spec %+v is not held", fl.name, fl.spec)
+			}
+		}
+	}
+}
