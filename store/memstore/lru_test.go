@@ -315,10 +315,13 @@ func TestLRUEvictionGivesAtMostOneCapacity(t *testing.T) {
 			admitted[key] = append(admitted[key], adm{c.Now().Sub(storetest.Epoch), items[0].Cost})
 		}
 	}
-	beyond := 0
+	// (Which busy key an eviction picks depends on the shards the
+	// process's hash seed puts the keys in: most are evicted, not always
+	// all; a key never evicted is held to B + r·T itself.)
+	beyond, evicted := 0, 0
 	for key, as := range admitted {
-		if len(evictedAt[key]) == 0 {
-			t.Fatalf("%s was never evicted: the trace proves little", key)
+		if len(evictedAt[key]) > 0 {
+			evicted++
 		}
 		for i := range as {
 			sum := int64(0)
@@ -341,11 +344,14 @@ func TestLRUEvictionGivesAtMostOneCapacity(t *testing.T) {
 			}
 		}
 	}
+	if evicted < 3 {
+		t.Fatalf("%d of the busy keys were evicted: the trace proves little", evicted)
+	}
 	if beyond == 0 {
 		t.Fatal("no interval went beyond B + r·T: the evictions gave nothing, the test proves little")
 	}
 	_, lru := s.EvictionsByReason()
-	t.Logf("%d LRU evictions; %d intervals beyond B + r·T (within the bound)", lru, beyond)
+	t.Logf("%d LRU evictions, %d of the busy keys evicted; %d intervals beyond B + r·T (within the bound)", lru, evicted, beyond)
 }
 
 // Many goroutines inventing buckets and windows at the cap, in requests of
