@@ -248,6 +248,12 @@ step "benchmarks compile and run once (bench/)"
 debs_ready
 (cd bench && GOWORK=off go test -count=1 -run '^$' -bench . -benchtime 1x ./... >/dev/null)
 
+# The tests the race detector would falsify, run once without it: the
+# allocation counts of a keyed check (CheckInto, 0) and of an Envoy call
+# (at most 4), and the policy parser's linear time on a large file.
+step "without -race: allocation counts and the parser's linear time"
+go test -count=1 -run '^(TestCheckIntoReuses|TestOneDescriptorAllocs|TestManyFieldsLinear)$' ./limiter/ ./envoyrls/ ./policy/
+
 # The clients, against a real sluice serve their tests start: the binary
 # built once here, for them and for cmd/sluice's tests (SLUICE_BIN). The
 # TypeScript build (npm ci: typescript, pinned in package-lock.json) also
