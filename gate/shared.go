@@ -47,7 +47,7 @@ const MaxSharedWait = 24 * time.Hour
 // sends no signal; one freed by this process wakes a waiter at once).
 const slotPollMax = 50 * time.Millisecond
 
-var gateKeyEsc = keyesc.NewSet(":{}")
+var gateKeyEsc = keyesc.NewSet(keyesc.PolicyKey)
 
 // shared is a gate's state in a store.
 type shared struct {

@@ -70,7 +70,7 @@ type fastPart struct{ lit, name string }
 
 // fastEsc escapes a descriptor's value as policy keys do ('%', ':' and the
 // braces; newFastPlan checks it renders as Limit.AppendKey).
-var fastEsc = keyesc.NewSet(":{}")
+var fastEsc = keyesc.NewSet(keyesc.PolicyKey)
 
 // fastRequest reports whether req is one the fast path decides: no
 // per-limit costs, peek, wait, receipt, own spec or priority class.

@@ -445,7 +445,7 @@ func (l *Limit) AppendHashTag(dst []byte, desc map[string]string) []byte {
 // would change a key's Redis Cluster hash slot).
 func appendEscaped(b []byte, s string) []byte { return keyEsc.Append(b, s) }
 
-var keyEsc = keyesc.NewSet(":{}")
+var keyEsc = keyesc.NewSet(keyesc.PolicyKey)
 
 // Cost returns the cost of a request with these descriptors: the first
 // matching cost rule's, else 1.

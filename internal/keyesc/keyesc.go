@@ -7,6 +7,11 @@ package keyesc
 
 const hexDigits = "0123456789ABCDEF"
 
+// PolicyKey is what a policy key reserves besides '%': the separator ':'
+// and a hash tag's braces. The policy's key renderer, the limiter's
+// compiled one and a shared gate's keys escape these.
+const PolicyKey = ":{}"
+
 // Set is a set of bytes to escape besides '%', looked up by table.
 type Set struct{ esc [256]bool }
 
